@@ -1,0 +1,135 @@
+//! Build errors. Each message says what to do about it.
+
+use std::path::PathBuf;
+
+/// Why a PTX build failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// An architecture name that is not `sm_NN` with NN ≥ 70.
+    #[error(
+        "`{given}` is not a GPU architecture ferrocomm builds for: write sm_NN with NN ≥ 70, e.g. `sm_80,sm_90`"
+    )]
+    BadArch {
+        /// What was given.
+        given: String,
+    },
+
+    /// `cargo`/`rustc` could not be started at all.
+    #[error("could not run `{program}`: {source}. Is Rust installed (https://rustup.rs)?")]
+    Spawn {
+        /// The program that failed to start.
+        program: String,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+
+    /// The toolchain the build asked for is not installed.
+    #[error(
+        "the Rust toolchain `{toolchain}` is not installed. Fix: run `rustup toolchain install` in the \
+         repository root (it reads rust-toolchain.toml), or `rustup toolchain install {toolchain} \
+         --component rust-src`"
+    )]
+    ToolchainNotInstalled {
+        /// The toolchain's name.
+        toolchain: String,
+    },
+
+    /// Building `core` for nvptx64 needs a nightly compiler (`-Zbuild-std`, `abi_ptx`).
+    #[error(
+        "kernels need a nightly compiler, but `{version}` is not one. Fix: build inside the repository \
+         so that rust-toolchain.toml selects the pinned nightly, or pass it with `cargo +nightly-…`"
+    )]
+    NotNightly {
+        /// `rustc --version` of the compiler found.
+        version: String,
+    },
+
+    /// `-Zbuild-std=core` needs the standard library's sources.
+    #[error(
+        "the rust-src component is missing from the toolchain at {}. Fix: `rustup component add rust-src \
+         --toolchain {toolchain}`",
+        sysroot.display()
+    )]
+    RustSrcMissing {
+        /// The compiler's sysroot.
+        sysroot: PathBuf,
+        /// The toolchain's name, as rustup knows it.
+        toolchain: String,
+    },
+
+    /// The kernels crate did not compile for `nvptx64-nvidia-cuda`.
+    #[error(
+        "the kernels crate `{krate}` does not compile for nvptx64-nvidia-cuda ({arch}).\n\
+         Kernel crates are #![no_std] on the GPU: no std, no alloc, no host-only dependencies \
+         (put those under [target.'cfg(not(target_arch = \"nvptx64\"))'.dependencies]).\n\
+         The compiler said:\n{diagnostics}"
+    )]
+    KernelCompile {
+        /// The crate's name.
+        krate: String,
+        /// The architecture being built.
+        arch: crate::Arch,
+        /// The compiler's and cargo's errors, rendered.
+        diagnostics: String,
+    },
+
+    /// The nested build succeeded but left no PTX where it should be.
+    #[error("the build of `{krate}` made no PTX in {}: is it a library crate?", dir.display())]
+    NoPtx {
+        /// The crate's name.
+        krate: String,
+        /// Where the PTX was looked for.
+        dir: PathBuf,
+    },
+
+    /// ptxas refused a module: the PTX is wrong for that architecture.
+    #[error(
+        "ptxas ({}) rejected the PTX for {arch} in {}:\n{stderr}",
+        ptxas.display(),
+        ptx.display()
+    )]
+    PtxasRejected {
+        /// The ptxas used.
+        ptxas: PathBuf,
+        /// The architecture.
+        arch: crate::Arch,
+        /// The PTX file.
+        ptx: PathBuf,
+        /// What ptxas printed.
+        stderr: String,
+    },
+
+    /// `FERROCOMM_REQUIRE_PTXAS=1` and no ptxas was found.
+    #[error(
+        "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found (looked at $FERROCOMM_PTXAS, $PATH, \
+         $CUDA_HOME/bin and the pip package). Fix: `pip install nvidia-cuda-nvcc==13.0.88`, or set \
+         FERROCOMM_PTXAS to a ptxas binary"
+    )]
+    PtxasMissing,
+
+    /// A required build-script variable is missing: the builder was not called from build.rs.
+    #[error("environment variable {0} is not set: call the builder from a build script")]
+    MissingEnv(&'static str),
+
+    /// Reading or writing a file failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+}
+
+impl BuildError {
+    pub(crate) fn io(
+        what: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| BuildError::Io { what, path, source }
+    }
+}

@@ -1,0 +1,542 @@
+//! `ferrocomm-builder`: the path from a Rust kernels crate to validated PTX, run from a `build.rs`.
+//!
+//! A kernels crate's build script calls [`build_script`]; the crate then embeds the PTX with
+//! `include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs"))`, so a program that depends on it needs nothing
+//! else at run time.
+//!
+//! ```no_run
+//! // build.rs of a kernels crate
+//! fn main() {
+//!     ferrocomm_builder::build_script();
+//! }
+//! ```
+//!
+//! For each requested architecture (default `sm_80` and `sm_90`; [`PtxBuilder::arch`] or
+//! `FERROCOMM_PTX_ARCHES=sm_80,sm_90` choose others) the builder runs a nested
+//! `cargo rustc --target nvptx64-nvidia-cuda -Zbuild-std=core --crate-type=staticlib -- --emit=asm`
+//! with fat LTO, in a target directory of its own, with the outer build's environment filtered. Every
+//! module is then assembled by `ptxas` when one is found (see [`ptxas`]).
+#![forbid(unsafe_code)]
+
+mod arch;
+pub mod command;
+pub mod depinfo;
+mod error;
+pub mod ptxas;
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub use arch::Arch;
+use command::{NESTED_ENV, NestedBuild};
+pub use error::BuildError;
+use ptxas::PtxasLocation;
+
+/// Chooses the architectures when the builder is not told: a comma-separated list (`sm_80,sm_90`).
+pub const ARCHES_ENV: &str = "FERROCOMM_PTX_ARCHES";
+/// The file, in `OUT_DIR`, that a kernels crate includes to embed its PTX.
+pub const INCLUDE_FILE: &str = "ferrocomm_ptx.rs";
+
+/// Builds a kernels crate's PTX. See the crate documentation.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PtxBuilder {
+    crate_dir: PathBuf,
+    arches: Vec<Arch>,
+    target_dir: Option<PathBuf>,
+    out_dir: Option<PathBuf>,
+    toolchain: Option<String>,
+    cargo_directives: bool,
+}
+
+/// One PTX module the build made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PtxFile {
+    /// The architecture it was compiled for.
+    pub arch: Arch,
+    /// The PTX, copied to the output directory.
+    pub path: PathBuf,
+}
+
+/// What a successful build made.
+#[derive(Debug, Clone)]
+pub struct PtxOutput {
+    /// The kernels crate's name (as a Rust identifier).
+    pub krate: String,
+    /// One module per architecture, in the order of [`PtxBuilder::arch`].
+    pub modules: Vec<PtxFile>,
+    /// The source files the PTX depends on (from the dep-info file).
+    pub sources: Vec<PathBuf>,
+    /// The compiler's warnings, rendered, without duplicates across architectures.
+    pub warnings: Vec<String>,
+    /// The ptxas that validated every module; `None` when none was found (and none was required).
+    pub validated_by: Option<PathBuf>,
+}
+
+impl PtxBuilder {
+    /// A builder for the kernels crate whose `Cargo.toml` is in `crate_dir`.
+    pub fn new(crate_dir: impl Into<PathBuf>) -> Self {
+        PtxBuilder {
+            crate_dir: crate_dir.into(),
+            arches: Vec::new(),
+            target_dir: None,
+            out_dir: None,
+            toolchain: None,
+            cargo_directives: false,
+        }
+    }
+
+    /// Adds an architecture to build for. Without any, `FERROCOMM_PTX_ARCHES` or [`Arch::DEFAULT`] decide.
+    pub fn arch(mut self, arch: Arch) -> Self {
+        if !self.arches.contains(&arch) {
+            self.arches.push(arch);
+        }
+        self
+    }
+
+    /// The nested build's target directory (default: `ferrocomm-ptx/` beside the outer build's profile
+    /// directories). Each architecture gets a sub-directory.
+    pub fn target_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.target_dir = Some(dir.into());
+        self
+    }
+
+    /// Where the PTX files and the include file go (default: `OUT_DIR`).
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Runs the nested build with this rustup toolchain instead of the outer build's compiler.
+    pub fn toolchain(mut self, name: impl Into<String>) -> Self {
+        self.toolchain = Some(name.into());
+        self
+    }
+
+    /// Prints `cargo:rerun-if-changed` and `cargo:warning` lines (what a build script wants).
+    pub fn cargo_directives(mut self, on: bool) -> Self {
+        self.cargo_directives = on;
+        self
+    }
+
+    /// Compiles the crate for every architecture, validates each module with ptxas, and writes the PTX and
+    /// the include file into the output directory.
+    pub fn build(&self) -> Result<PtxOutput, BuildError> {
+        let arches = self.resolved_arches()?;
+        let out_dir = match &self.out_dir {
+            Some(dir) => dir.clone(),
+            None => env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or(BuildError::MissingEnv("OUT_DIR"))?,
+        };
+        let target_root = match &self.target_dir {
+            Some(dir) => dir.clone(),
+            None => default_target_root(&out_dir),
+        };
+        let manifest = self.crate_dir.join("Cargo.toml");
+        let cargo = self.cargo_program();
+        self.check_toolchain()?;
+
+        let mut modules = Vec::new();
+        let mut warnings: Vec<String> = Vec::new();
+        let mut sources = Vec::new();
+        let mut krate = String::new();
+        for &arch in &arches {
+            let nested = NestedBuild {
+                cargo: cargo.clone(),
+                manifest: manifest.clone(),
+                target_dir: command::arch_target_dir(&target_root, arch),
+                arch,
+                toolchain: self.toolchain.clone(),
+            };
+            let built = run_nested(&nested)?;
+            for w in built.warnings {
+                if !warnings.contains(&w) {
+                    warnings.push(w);
+                }
+            }
+            let dest = out_dir.join(format!("{}.{arch}.ptx", built.krate));
+            fs::copy(&built.ptx, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+            modules.push(PtxFile { arch, path: dest });
+            sources = built.sources;
+            krate = built.krate;
+        }
+
+        let validated_by = validate_all(&modules)?;
+        let output = PtxOutput {
+            krate,
+            modules,
+            sources,
+            warnings,
+            validated_by,
+        };
+        output.write_include(&out_dir.join(INCLUDE_FILE))?;
+        if self.cargo_directives {
+            output.print_cargo_directives(&manifest);
+        }
+        Ok(output)
+    }
+
+    fn resolved_arches(&self) -> Result<Vec<Arch>, BuildError> {
+        if !self.arches.is_empty() {
+            return Ok(self.arches.clone());
+        }
+        match env::var(ARCHES_ENV) {
+            Ok(list) if !list.trim().is_empty() => Arch::parse_list(&list),
+            _ => Ok(Arch::DEFAULT.to_vec()),
+        }
+    }
+
+    fn cargo_program(&self) -> PathBuf {
+        match (&self.toolchain, env::var_os("CARGO")) {
+            (None, Some(cargo)) => cargo.into(),
+            _ => "cargo".into(),
+        }
+    }
+
+    fn rustc(&self) -> Command {
+        let mut cmd = match (&self.toolchain, env::var_os("RUSTC")) {
+            (None, Some(rustc)) => Command::new(rustc),
+            _ => Command::new("rustc"),
+        };
+        cmd.env("RUSTUP_AUTO_INSTALL", "0");
+        if let Some(toolchain) = &self.toolchain {
+            cmd.env("RUSTUP_TOOLCHAIN", toolchain);
+        }
+        cmd
+    }
+
+    /// Nightly compiler with rust-src: checked up front, so the error names the fix instead of quoting a
+    /// page of `-Zbuild-std` failures.
+    fn check_toolchain(&self) -> Result<(), BuildError> {
+        let toolchain_name = || {
+            self.toolchain
+                .clone()
+                .or_else(|| env::var("RUSTUP_TOOLCHAIN").ok())
+                .unwrap_or_else(|| "nightly".into())
+        };
+        let version =
+            self.rustc()
+                .arg("--version")
+                .output()
+                .map_err(|source| BuildError::Spawn {
+                    program: "rustc".into(),
+                    source,
+                })?;
+        let stderr = String::from_utf8_lossy(&version.stderr);
+        if !version.status.success() {
+            if stderr.contains("is not installed") {
+                return Err(BuildError::ToolchainNotInstalled {
+                    toolchain: toolchain_name(),
+                });
+            }
+            return Err(BuildError::Spawn {
+                program: "rustc".into(),
+                source: std::io::Error::other(stderr.trim()),
+            });
+        }
+        let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+        if !(version.contains("nightly") || version.contains("-dev")) {
+            return Err(BuildError::NotNightly { version });
+        }
+        let sysroot = self
+            .rustc()
+            .args(["--print", "sysroot"])
+            .output()
+            .map_err(|source| BuildError::Spawn {
+                program: "rustc".into(),
+                source,
+            })?;
+        let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+        check_rust_src(&sysroot, &toolchain_name())
+    }
+}
+
+/// `-Zbuild-std=core` compiles `core` from the rust-src component; fail early when it is missing.
+pub fn check_rust_src(sysroot: &Path, toolchain: &str) -> Result<(), BuildError> {
+    let core = sysroot.join("lib/rustlib/src/rust/library/core/Cargo.toml");
+    if core.is_file() {
+        Ok(())
+    } else {
+        Err(BuildError::RustSrcMissing {
+            sysroot: sysroot.to_owned(),
+            toolchain: toolchain.to_owned(),
+        })
+    }
+}
+
+impl PtxOutput {
+    /// Writes the file a kernels crate `include!`s: a `&[(compute capability, PTX)]` slice expression.
+    pub fn write_include(&self, path: &Path) -> Result<(), BuildError> {
+        let mut text = String::from(
+            "// @generated by ferrocomm-builder: (compute capability, PTX) per architecture\n&[\n",
+        );
+        for m in &self.modules {
+            text.push_str(&format!(
+                "    ({}u32, include_str!({:?})),\n",
+                m.arch.compute_capability(),
+                m.path.display().to_string()
+            ));
+        }
+        text.push_str("]\n");
+        fs::write(path, text).map_err(BuildError::io("writing", path))
+    }
+
+    fn print_cargo_directives(&self, manifest: &Path) {
+        println!("cargo:rerun-if-changed={}", manifest.display());
+        for source in &self.sources {
+            println!("cargo:rerun-if-changed={}", source.display());
+        }
+        for var in [ARCHES_ENV, ptxas::PTXAS_ENV, ptxas::REQUIRE_PTXAS_ENV] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        for warning in &self.warnings {
+            for line in warning.lines() {
+                println!("cargo:warning={line}");
+            }
+        }
+        if self.validated_by.is_none() {
+            println!(
+                "cargo:warning=ptxas not found: the PTX was not validated (pip install nvidia-cuda-nvcc==13.0.88)"
+            );
+        }
+    }
+}
+
+/// The entry points (`.entry NAME(`) a PTX module defines.
+pub fn ptx_entries(ptx: &str) -> Vec<&str> {
+    ptx.lines()
+        .filter_map(|l| {
+            l.trim_start()
+                .strip_prefix(".visible .entry ")
+                .or_else(|| l.trim_start().strip_prefix(".entry "))
+        })
+        .map(|rest| rest.split('(').next().unwrap_or(rest).trim())
+        .collect()
+}
+
+/// For a kernels crate's build.rs: builds the crate being compiled and embeds its PTX. Does nothing when
+/// the crate is itself being compiled for the GPU (the nested build). Exits with the error's message on
+/// failure, which cargo shows as the build script's output.
+pub fn build_script() {
+    if is_nested_build() {
+        return;
+    }
+    let Some(dir) = env::var_os("CARGO_MANIFEST_DIR") else {
+        eprintln!("error: {}", BuildError::MissingEnv("CARGO_MANIFEST_DIR"));
+        std::process::exit(1);
+    };
+    if let Err(err) = PtxBuilder::new(dir).cargo_directives(true).build() {
+        eprintln!("error: {err}");
+        std::process::exit(1);
+    }
+}
+
+/// Whether this build script runs inside the builder's own nested build (or for the GPU target itself).
+pub fn is_nested_build() -> bool {
+    env::var_os(NESTED_ENV).is_some()
+        || env::var("CARGO_CFG_TARGET_ARCH").is_ok_and(|a| a == "nvptx64")
+}
+
+/// `<target>/ferrocomm-ptx`, from `OUT_DIR = <target>/<profile>/build/<pkg>-<hash>/out`: shared by every
+/// kernels crate and profile of the outer build, so `core` is compiled once per architecture.
+fn default_target_root(out_dir: &Path) -> PathBuf {
+    out_dir
+        .ancestors()
+        .nth(4)
+        .unwrap_or(out_dir)
+        .join("ferrocomm-ptx")
+}
+
+struct Nested {
+    krate: String,
+    ptx: PathBuf,
+    sources: Vec<PathBuf>,
+    warnings: Vec<String>,
+}
+
+fn run_nested(nested: &NestedBuild) -> Result<Nested, BuildError> {
+    let output = nested
+        .command()
+        .output()
+        .map_err(|source| BuildError::Spawn {
+            program: nested.cargo.display().to_string(),
+            source,
+        })?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if stderr.contains("is not installed") && stderr.contains("toolchain") {
+        let toolchain = nested
+            .toolchain
+            .clone()
+            .unwrap_or_else(|| env::var("RUSTUP_TOOLCHAIN").unwrap_or_default());
+        return Err(BuildError::ToolchainNotInstalled { toolchain });
+    }
+
+    let mut warnings = Vec::new();
+    let mut errors = Vec::new();
+    let mut krate = None;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        match msg["reason"].as_str() {
+            Some("compiler-message") => {
+                let rendered = msg["message"]["rendered"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .trim_end()
+                    .to_owned();
+                match msg["message"]["level"].as_str() {
+                    Some("error") => errors.push(rendered),
+                    Some("warning") => warnings.push(rendered),
+                    _ => {}
+                }
+            }
+            Some("compiler-artifact") => {
+                let kinds = msg["target"]["kind"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                if kinds.iter().any(|k| k == "staticlib") {
+                    krate = msg["target"]["name"].as_str().map(|n| n.replace('-', "_"));
+                }
+            }
+            _ => {}
+        }
+    }
+    let manifest_name = || {
+        nested
+            .manifest
+            .parent()
+            .and_then(Path::file_name)
+            .map(|n| n.to_string_lossy().into_owned())
+    };
+    if !output.status.success() {
+        // Cargo's own errors (a bad manifest, a missing path) are on stderr, not in the JSON.
+        errors.extend(
+            stderr
+                .lines()
+                .filter(|l| l.starts_with("error") || l.starts_with("  "))
+                .map(str::to_owned),
+        );
+        return Err(BuildError::KernelCompile {
+            krate: krate.or_else(manifest_name).unwrap_or_default(),
+            arch: nested.arch,
+            diagnostics: errors.join("\n"),
+        });
+    }
+    let deps = nested.deps_dir();
+    let krate = krate.ok_or_else(|| BuildError::NoPtx {
+        krate: manifest_name().unwrap_or_default(),
+        dir: deps.clone(),
+    })?;
+    let ptx =
+        newest_with_prefix(&deps, &format!("{krate}-"), "s").ok_or_else(|| BuildError::NoPtx {
+            krate: krate.clone(),
+            dir: deps.clone(),
+        })?;
+    let depfile = nested
+        .target_dir
+        .join(command::TARGET)
+        .join("release")
+        .join(format!("lib{krate}.d"));
+    let sources = fs::read_to_string(&depfile)
+        .map(|d| depinfo::parse(&d))
+        .unwrap_or_default();
+    Ok(Nested {
+        krate,
+        ptx,
+        sources,
+        warnings,
+    })
+}
+
+/// The most recently written `<prefix>*.<ext>` in `dir`: the assembly of the build that just ran.
+fn newest_with_prefix(dir: &Path, prefix: &str, ext: &str) -> Option<PathBuf> {
+    fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == ext)
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+        })
+        .max_by_key(|p| fs::metadata(p).and_then(|m| m.modified()).ok())
+}
+
+fn validate_all(modules: &[PtxFile]) -> Result<Option<PathBuf>, BuildError> {
+    match ptxas::find_ptxas() {
+        PtxasLocation::Found { path, .. } => {
+            for m in modules {
+                ptxas::validate(&path, &m.path, m.arch)?;
+            }
+            Ok(Some(path))
+        }
+        PtxasLocation::Missing if ptxas::ptxas_required() => Err(BuildError::PtxasMissing),
+        PtxasLocation::Missing => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_target_root_is_beside_the_profile_directories() {
+        let out = Path::new("/w/target/release/build/k-0123/out");
+        assert_eq!(
+            default_target_root(out),
+            Path::new("/w/target/ferrocomm-ptx")
+        );
+    }
+
+    #[test]
+    fn rust_src_check_names_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = check_rust_src(dir.path(), "nightly-2026-05-20").unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("rustup component add rust-src --toolchain nightly-2026-05-20"),
+            "{msg}"
+        );
+        fs::create_dir_all(dir.path().join("lib/rustlib/src/rust/library/core")).unwrap();
+        fs::write(
+            dir.path()
+                .join("lib/rustlib/src/rust/library/core/Cargo.toml"),
+            "",
+        )
+        .unwrap();
+        check_rust_src(dir.path(), "x").unwrap();
+    }
+
+    #[test]
+    fn entries_are_read_from_ptx() {
+        let ptx =
+            ".visible .entry put_signal(\n.param .u64 a\n)\n.entry local_only(\n.func helper(";
+        assert_eq!(ptx_entries(ptx), vec!["put_signal", "local_only"]);
+    }
+
+    #[test]
+    fn include_file_is_a_slice_of_arch_and_ptx() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = PtxOutput {
+            krate: "k".into(),
+            modules: vec![PtxFile {
+                arch: Arch::SM_90,
+                path: dir.path().join("k.sm_90.ptx"),
+            }],
+            sources: vec![],
+            warnings: vec![],
+            validated_by: None,
+        };
+        let inc = dir.path().join(INCLUDE_FILE);
+        out.write_include(&inc).unwrap();
+        let text = fs::read_to_string(inc).unwrap();
+        assert!(text.contains("(90u32, include_str!("), "{text}");
+        assert!(text.contains("k.sm_90.ptx"), "{text}");
+    }
+}

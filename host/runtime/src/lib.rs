@@ -1,0 +1,1 @@
+//! The ferrocomm host runtime.

@@ -1,0 +1,1 @@
+//! `#[kernel]` and friends.
