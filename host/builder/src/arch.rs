@@ -26,18 +26,12 @@ impl Arch {
 
     /// Parses a comma-separated list such as `sm_80,sm_90`, as `FERROCOMM_PTX_ARCHES` holds it.
     pub fn parse_list(list: &str) -> Result<Vec<Arch>, BuildError> {
-        let mut arches: Vec<Arch> = list
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::parse)
-            .collect::<Result<_, _>>()?;
+        let mut arches: Vec<Arch> =
+            list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::parse).collect::<Result<_, _>>()?;
         arches.sort();
         arches.dedup();
         if arches.is_empty() {
-            return Err(BuildError::BadArch {
-                given: list.to_owned(),
-            });
+            return Err(BuildError::BadArch { given: list.to_owned() });
         }
         Ok(arches)
     }
@@ -53,9 +47,7 @@ impl FromStr for Arch {
     type Err = BuildError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || BuildError::BadArch {
-            given: s.to_owned(),
-        };
+        let bad = || BuildError::BadArch { given: s.to_owned() };
         let digits = s.strip_prefix("sm_").ok_or_else(bad)?;
         let cc: u32 = digits.parse().map_err(|_| bad())?;
         if cc < Arch::OLDEST_SUPPORTED.0 {

@@ -44,13 +44,7 @@ const FILTERED_EXACT: &[&str] = &[
     "CARGO_PROFILE_RELEASE_PANIC",
     "CARGO_PROFILE_RELEASE_CODEGEN_UNITS",
 ];
-const FILTERED_PREFIXES: &[&str] = &[
-    "CARGO_CFG_",
-    "CARGO_FEATURE_",
-    "CARGO_PKG_",
-    "DEP_",
-    "CARGO_TARGET_",
-];
+const FILTERED_PREFIXES: &[&str] = &["CARGO_CFG_", "CARGO_FEATURE_", "CARGO_PKG_", "DEP_", "CARGO_TARGET_"];
 
 /// Whether the outer build's variable `name` is kept out of the nested build.
 pub fn is_filtered(name: &str) -> bool {
@@ -76,16 +70,8 @@ impl NestedBuild {
     /// The command line: `cargo rustc` of the library as a staticlib with `core` built from source, fat LTO,
     /// one codegen unit, `panic=abort`, emitting the PTX as assembly.
     pub fn args(&self) -> Vec<OsString> {
-        let mut args: Vec<OsString> = [
-            "rustc",
-            "--lib",
-            "--release",
-            "--target",
-            TARGET,
-            "-Zbuild-std=core",
-        ]
-        .map(OsString::from)
-        .into();
+        let mut args: Vec<OsString> =
+            ["rustc", "--lib", "--release", "--target", TARGET, "-Zbuild-std=core"].map(OsString::from).into();
         args.push("--manifest-path".into());
         args.push(self.manifest.clone().into());
         args.push("--target-dir".into());
@@ -111,16 +97,12 @@ impl NestedBuild {
 
     /// The nested build's whole environment, from `outer` (this process's): filtered, with the recursion
     /// guard set and, where a toolchain is chosen, the outer compiler dropped so rustup selects it.
-    pub fn environment(
-        &self,
-        outer: impl Iterator<Item = (OsString, OsString)>,
-    ) -> Vec<(OsString, OsString)> {
+    pub fn environment(&self, outer: impl Iterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {
         let chosen = self.toolchain.is_some();
         let mut env: Vec<(OsString, OsString)> = outer
             .filter(|(k, _)| {
                 let name = k.to_str().unwrap_or_default();
-                !is_filtered(name)
-                    && !(chosen && ["RUSTC", "CARGO", "RUSTUP_TOOLCHAIN"].contains(&name))
+                !is_filtered(name) && !(chosen && ["RUSTC", "CARGO", "RUSTUP_TOOLCHAIN"].contains(&name))
             })
             .collect();
         env.push((NESTED_ENV.into(), "1".into()));
@@ -168,11 +150,7 @@ mod tests {
 
     #[test]
     fn command_line_is_the_documented_recipe() {
-        let args: Vec<String> = build()
-            .args()
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
+        let args: Vec<String> = build().args().into_iter().map(|a| a.into_string().unwrap()).collect();
         let line = args.join(" ");
         for needle in [
             "rustc --lib --release --target nvptx64-nvidia-cuda -Zbuild-std=core",
@@ -187,10 +165,7 @@ mod tests {
             assert!(line.contains(needle), "missing `{needle}` in `{line}`");
         }
         assert!(line.ends_with("-Ctarget-cpu=sm_90"), "{line}");
-        assert!(
-            !line.contains("llbc"),
-            "must not need the llvm-bitcode-linker: {line}"
-        );
+        assert!(!line.contains("llbc"), "must not need the llvm-bitcode-linker: {line}");
     }
 
     #[test]
@@ -210,34 +185,19 @@ mod tests {
         ] {
             assert!(is_filtered(name), "{name} leaks into the nested build");
         }
-        for name in [
-            "PATH",
-            "HOME",
-            "RUSTUP_TOOLCHAIN",
-            "RUSTC",
-            "CARGO",
-            "CARGO_HOME",
-            "CARGO_MAKEFLAGS",
-        ] {
+        for name in ["PATH", "HOME", "RUSTUP_TOOLCHAIN", "RUSTC", "CARGO", "CARGO_HOME", "CARGO_MAKEFLAGS"] {
             assert!(!is_filtered(name), "{name} must reach the nested build");
         }
     }
 
     fn outer() -> impl Iterator<Item = (OsString, OsString)> {
-        [
-            ("PATH", "/bin"),
-            ("RUSTFLAGS", "-Ctarget-cpu=native"),
-            ("RUSTC", "/tc/rustc"),
-            ("CARGO_CFG_UNIX", ""),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.into(), v.into()))
+        [("PATH", "/bin"), ("RUSTFLAGS", "-Ctarget-cpu=native"), ("RUSTC", "/tc/rustc"), ("CARGO_CFG_UNIX", "")]
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
     }
 
     fn lookup(env: &[(OsString, OsString)], name: &str) -> Option<String> {
-        env.iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.to_string_lossy().into_owned())
+        env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_string_lossy().into_owned())
     }
 
     #[test]
@@ -246,15 +206,8 @@ mod tests {
         assert_eq!(lookup(&env, NESTED_ENV).as_deref(), Some("1"));
         assert_eq!(lookup(&env, "RUSTUP_AUTO_INSTALL").as_deref(), Some("0"));
         assert_eq!(lookup(&env, "PATH").as_deref(), Some("/bin"));
-        assert_eq!(
-            lookup(&env, "RUSTC").as_deref(),
-            Some("/tc/rustc"),
-            "the outer compiler is kept by default"
-        );
-        assert!(
-            env.iter().all(|(k, _)| !is_filtered(k.to_str().unwrap())),
-            "{env:?}"
-        );
+        assert_eq!(lookup(&env, "RUSTC").as_deref(), Some("/tc/rustc"), "the outer compiler is kept by default");
+        assert!(env.iter().all(|(k, _)| !is_filtered(k.to_str().unwrap())), "{env:?}");
     }
 
     #[test]
@@ -262,14 +215,7 @@ mod tests {
         let mut b = build();
         b.toolchain = Some("nightly-2026-05-20".into());
         let env = b.environment(outer());
-        assert_eq!(
-            lookup(&env, "RUSTUP_TOOLCHAIN").as_deref(),
-            Some("nightly-2026-05-20")
-        );
-        assert_eq!(
-            lookup(&env, "RUSTC"),
-            None,
-            "RUSTC must be dropped so rustup picks the toolchain"
-        );
+        assert_eq!(lookup(&env, "RUSTUP_TOOLCHAIN").as_deref(), Some("nightly-2026-05-20"));
+        assert_eq!(lookup(&env, "RUSTC"), None, "RUSTC must be dropped so rustup picks the toolchain");
     }
 }

@@ -10,19 +10,14 @@ pub fn parse(contents: &str) -> Vec<PathBuf> {
     let Some(colon) = find_rule_colon(first) else {
         return Vec::new();
     };
-    split_escaped(&first[colon + 1..])
-        .into_iter()
-        .map(PathBuf::from)
-        .collect()
+    split_escaped(&first[colon + 1..]).into_iter().map(PathBuf::from).collect()
 }
 
 /// The colon that ends the target: `: ` after an unescaped run (paths may hold `C:` on Windows).
 fn find_rule_colon(line: &str) -> Option<usize> {
     let bytes = line.as_bytes();
     (0..bytes.len()).find(|&i| {
-        bytes[i] == b':'
-            && (i + 1 == bytes.len() || bytes[i + 1] == b' ')
-            && (i == 0 || bytes[i - 1] != b'\\')
+        bytes[i] == b':' && (i + 1 == bytes.len() || bytes[i + 1] == b' ') && (i == 0 || bytes[i - 1] != b'\\')
     })
 }
 
@@ -56,15 +51,10 @@ mod tests {
 
     #[test]
     fn reads_the_first_rule_with_escaped_spaces() {
-        let d =
-            "/t/deps/k-1.s: /src/lib.rs /src/my\\ file.rs /src/a.rs\n\n/src/lib.rs:\n/src/a.rs:\n";
+        let d = "/t/deps/k-1.s: /src/lib.rs /src/my\\ file.rs /src/a.rs\n\n/src/lib.rs:\n/src/a.rs:\n";
         assert_eq!(
             parse(d),
-            vec![
-                PathBuf::from("/src/lib.rs"),
-                PathBuf::from("/src/my file.rs"),
-                PathBuf::from("/src/a.rs")
-            ]
+            vec![PathBuf::from("/src/lib.rs"), PathBuf::from("/src/my file.rs"), PathBuf::from("/src/a.rs")]
         );
     }
 

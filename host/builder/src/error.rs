@@ -7,9 +7,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum BuildError {
     /// An architecture name that is not `sm_NN` with NN ≥ 70.
-    #[error(
-        "`{given}` is not a GPU architecture ferrocomm builds for: write sm_NN with NN ≥ 70, e.g. `sm_80,sm_90`"
-    )]
+    #[error("`{given}` is not a GPU architecture ferrocomm builds for: write sm_NN with NN ≥ 70, e.g. `sm_80,sm_90`")]
     BadArch {
         /// What was given.
         given: String,
@@ -125,10 +123,7 @@ pub enum BuildError {
 }
 
 impl BuildError {
-    pub(crate) fn io(
-        what: &'static str,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(std::io::Error) -> Self {
+    pub(crate) fn io(what: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| BuildError::Io { what, path, source }
     }

@@ -29,32 +29,20 @@ pub enum PtxasLocation {
 /// `nvidia-cuda-nvcc` pip package (`<site-packages>/nvidia/cu13/bin/ptxas`).
 pub fn find_ptxas() -> PtxasLocation {
     if let Some(explicit) = env::var_os(PTXAS_ENV).filter(|p| !p.is_empty()) {
-        return PtxasLocation::Found {
-            path: explicit.into(),
-            how: PTXAS_ENV,
-        };
+        return PtxasLocation::Found { path: explicit.into(), how: PTXAS_ENV };
     }
-    if let Some(path) = env::var_os("PATH")
-        .iter()
-        .flat_map(env::split_paths)
-        .map(|dir| dir.join("ptxas"))
-        .find(|p| is_executable(p))
+    if let Some(path) =
+        env::var_os("PATH").iter().flat_map(env::split_paths).map(|dir| dir.join("ptxas")).find(|p| is_executable(p))
     {
         return PtxasLocation::Found { path, how: "PATH" };
     }
-    let cuda_homes = ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(env::var_os)
-        .map(PathBuf::from);
+    let cuda_homes = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(env::var_os).map(PathBuf::from);
     if let Some(path) = cuda_homes
         .chain([PathBuf::from("/usr/local/cuda")])
         .map(|home| home.join("bin/ptxas"))
         .find(|p| is_executable(p))
     {
-        return PtxasLocation::Found {
-            path,
-            how: "CUDA_HOME",
-        };
+        return PtxasLocation::Found { path, how: "CUDA_HOME" };
     }
     match pip_ptxas() {
         Some(path) => PtxasLocation::Found { path, how: "pip" },
@@ -75,10 +63,7 @@ pub fn validate(ptxas: &Path, ptx: &Path, arch: Arch) -> Result<(), BuildError> 
         .arg("-o")
         .arg(null_device())
         .output()
-        .map_err(|source| BuildError::Spawn {
-            program: ptxas.display().to_string(),
-            source,
-        })?;
+        .map_err(|source| BuildError::Spawn { program: ptxas.display().to_string(), source })?;
     if output.status.success() {
         return Ok(());
     }
@@ -106,9 +91,7 @@ fn pip_ptxas() -> Option<PathBuf> {
         let out = Command::new(python).args(["-c", ASK]).output().ok()?;
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .flat_map(|dir| {
-                ["cu13", "cu12"].map(|cu| Path::new(dir).join("nvidia").join(cu).join("bin/ptxas"))
-            })
+            .flat_map(|dir| ["cu13", "cu12"].map(|cu| Path::new(dir).join("nvidia").join(cu).join("bin/ptxas")))
             .find(|p| is_executable(p))
     })
 }
