@@ -1,0 +1,323 @@
+//! `ferrocomm bench`: the arguments (clap) and the driver that measures, prints and writes the report.
+//!
+//! ```text
+//! ferrocomm bench                                    # every op and mode, 8 B..1 GiB, table on stdout
+//! ferrocomm bench --quick --out bench                # a short sweep, report folder in bench/
+//! ferrocomm bench --ops all-reduce --modes gpu,nccl --sizes 8KiB..256MiB:4 --anchors symm.txt --out bench
+//! ferrocomm bench --from bench/data.json --anchors symm.txt --out bench   # redraw from saved data
+//! ```
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Parser};
+use thiserror::Error;
+
+use crate::anchors::{AnchorError, read_anchor_file};
+use crate::backend::{BackendOpener, OpenConfig};
+use crate::gpu::{BuiltinBackends, driver_version, nccl_mode::nccl_version};
+use crate::method::{Plan, measure, progress_bar};
+use crate::model::{BenchData, Dtype, Meta, Mode, Operation, Skipped};
+use crate::report::{self, ReportError, data::from_json};
+use crate::sizes::{SizeError, parse_sizes};
+
+/// Sizes of a full run.
+pub const DEFAULT_SIZES: &str = "8B..1GiB";
+/// Sizes of `--quick`: the headline sizes (anchors' and targets').
+pub const QUICK_SIZES: &str = "8,64,1KiB,8KiB,64KiB,256KiB,1MiB,16MiB,256MiB";
+
+/// A list of sizes as written on the command line ("8B..1GiB", "64KiB,1MiB").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeList(pub Vec<u64>);
+
+fn size_list(text: &str) -> Result<SizeList, SizeError> {
+    parse_sizes(text).map(SizeList)
+}
+
+/// The arguments of `ferrocomm bench` (usable as a clap subcommand: `Bench(BenchArgs)`).
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct BenchArgs {
+    /// Operations to measure, comma-separated [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "OPS")]
+    pub ops: Vec<Operation>,
+    /// Modes to compare, comma-separated [default: gpu,proxy,cpu,nccl].
+    #[arg(long, value_delimiter = ',', value_name = "MODES")]
+    pub modes: Vec<Mode>,
+    /// Message sizes: sizes (8, 64KiB), ranges doubling (8B..1GiB) or with a factor (8B..1GiB:4), comma-separated
+    /// [default: 8B..1GiB; --quick: a few headline sizes].
+    #[arg(long, value_parser = size_list, value_name = "SIZES")]
+    pub sizes: Option<SizeList>,
+    /// Operations per timed trial (fewer for large messages) [default: 100; --quick: 20].
+    #[arg(long, value_name = "N")]
+    pub iters: Option<u64>,
+    /// Operations run before timing each point [default: 20; --quick: 5].
+    #[arg(long, value_name = "N")]
+    pub warmup: Option<u64>,
+    /// Timed trials per point; median, min and max are over them [default: 10; --quick: 5].
+    #[arg(long, value_name = "N")]
+    pub trials: Option<u32>,
+    /// Proxy ring depths, each measured as its own series [default: 4,16,64; --quick: 16].
+    #[arg(long, value_delimiter = ',', value_name = "DEPTHS")]
+    pub queue_depth: Vec<u32>,
+    /// Element type of the collectives.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: Dtype,
+    /// GPU ordinals to use, in rank order [default: every visible GPU].
+    #[arg(long, value_delimiter = ',', value_name = "ORDINALS")]
+    pub gpus: Option<Vec<usize>>,
+    /// Time eager launches only, no CUDA-graph replay.
+    #[arg(long)]
+    pub no_graph: bool,
+    /// A short sweep: fewer sizes, iterations and trials.
+    #[arg(long)]
+    pub quick: bool,
+    /// Output of the anchor scripts (symm.py, a2a.py, nccl.py, ref_pingpong) to show beside the modes;
+    /// repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub anchors: Vec<PathBuf>,
+    /// GPUs the anchor scripts ran on, for their bus bandwidth [default: the GPUs measured here, else 2].
+    #[arg(long, value_name = "N")]
+    pub anchor_world: Option<usize>,
+    /// Read the measurements from a data.json instead of measuring (to redraw a report).
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
+    /// Write the report folder (README.md, data.json, data.csv, plots) here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "bench", about = "GPU-initiated vs proxy vs CPU-initiated vs NCCL, with a report")]
+struct Command {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+/// Why `ferrocomm bench` failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// The arguments do not parse (clap's message says which and why).
+    #[error("{0}")]
+    Args(#[from] clap::Error),
+    /// An anchor file is missing or has no figures.
+    #[error(transparent)]
+    Anchor(#[from] AnchorError),
+    /// The report could not be written.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// `--from` could not be read.
+    #[error("cannot read {path}: {message} (pass a data.json written by ferrocomm bench)")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// No mode produced a figure and there was nothing else to report.
+    #[error("nothing measured:\n{reasons}")]
+    NothingMeasured {
+        /// Why each mode produced nothing.
+        reasons: String,
+    },
+}
+
+/// The error of [`parse`]: clap's, which prints the usage and what was wrong.
+pub type ArgsError = clap::Error;
+
+/// Parses `argv` (the first item is the command's name, as in `std::env::args`).
+pub fn parse<I, T>(argv: I) -> Result<BenchArgs, ArgsError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Command::try_parse_from(argv).map(|c| c.args)
+}
+
+/// Parses `argv` and runs; `--help` prints the help and succeeds.
+pub fn run<I, T>(argv: I) -> Result<(), CliError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let argv: Vec<OsString> = argv.into_iter().map(Into::into).collect();
+    let args = match parse(argv.clone()) {
+        Ok(args) => args,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => {
+            print!("{e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let command = argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
+    execute_with(&args, &mut BuiltinBackends, &format!("ferrocomm {command}")).map(drop)
+}
+
+/// Runs `args` with the built-in modes ([`BuiltinBackends`]), recording this process's command line:
+/// what `ferrocomm bench` does once clap has parsed `Bench(BenchArgs)`.
+pub fn execute(args: &BenchArgs) -> Result<BenchData, CliError> {
+    let command: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    execute_with(args, &mut BuiltinBackends, &command.join(" "))
+}
+
+impl BenchArgs {
+    /// The plan these arguments ask for, `--quick` filling what was not given.
+    pub fn plan(&self) -> Plan {
+        let pick = |given: Option<u64>, full: u64, quick: u64| given.unwrap_or(if self.quick { quick } else { full });
+        let sizes = match &self.sizes {
+            Some(list) => list.0.clone(),
+            None => parse_sizes(if self.quick { QUICK_SIZES } else { DEFAULT_SIZES }).unwrap_or_default(),
+        };
+        Plan {
+            ops: if self.ops.is_empty() { Operation::ALL.to_vec() } else { dedup(&self.ops) },
+            sizes,
+            dtype: self.dtype,
+            iters: pick(self.iters, 100, 20),
+            warmup: pick(self.warmup, 20, 5),
+            trials: self.trials.unwrap_or(if self.quick { 5 } else { 10 }),
+            graph: !self.no_graph,
+            max_bytes_per_trial: 8 << 30,
+        }
+    }
+
+    /// The modes to run, in the order given.
+    pub fn modes(&self) -> Vec<Mode> {
+        if self.modes.is_empty() { Mode::RUNNABLE.to_vec() } else { dedup(&self.modes) }
+    }
+
+    /// The proxy depths to run.
+    pub fn queue_depths(&self) -> Vec<u32> {
+        match (self.queue_depth.is_empty(), self.quick) {
+            (false, _) => dedup(&self.queue_depth),
+            (true, true) => vec![16],
+            (true, false) => vec![4, 16, 64],
+        }
+    }
+}
+
+fn dedup<T: PartialEq + Copy>(items: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for item in items {
+        if !out.contains(item) {
+            out.push(*item);
+        }
+    }
+    out
+}
+
+/// Environment variables that change what NCCL and torch do, recorded with the run.
+const ENV_NOTED: [&str; 4] = ["NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES"];
+
+/// Runs `args` with the modes of `opener`, prints the tables and crossovers, writes the report when asked,
+/// and returns the data. `command` is recorded in the report.
+pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> Result<BenchData, CliError> {
+    let mut data = match &args.from {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?;
+            from_json(&text).map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?
+        }
+        None => measure_all(args, opener, command),
+    };
+    let world = args
+        .anchor_world
+        .or_else(|| {
+            data.measurements.iter().filter(|m| m.op.is_collective() && m.mode != Mode::Anchor).map(|m| m.world).max()
+        })
+        .unwrap_or(2);
+    for path in &args.anchors {
+        data.measurements.extend(read_anchor_file(path, world)?);
+        let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        data.meta.notes.push(format!("Anchor figures read from `{name}` ({world} GPUs)."));
+    }
+    let skipped: Vec<String> = report::table::skipped_rows(&data)
+        .into_iter()
+        .map(|row| {
+            let size = if row[2] == "all" { "all sizes" } else { row[2].as_str() };
+            format!("{} ({}; {size}): {}", row[1], row[0], row[3])
+        })
+        .collect();
+    if data.measurements.is_empty() {
+        let reasons: Vec<String> = skipped.iter().map(|s| format!("  {s}")).collect();
+        return Err(CliError::NothingMeasured { reasons: reasons.join("\n") });
+    }
+
+    print!("{}", report::table::terminal_report(&data));
+    for (op, lines) in crate::crossover::summary(&data) {
+        println!("{op}:");
+        for line in lines {
+            println!("  {line}");
+        }
+    }
+    for line in &skipped {
+        eprintln!("not measured: {line}");
+    }
+    if let Some(dir) = &args.out {
+        let files = report::write_report(dir, &data)?;
+        println!("report: {} ({} files)", dir.join("README.md").display(), files.len());
+    }
+    Ok(data)
+}
+
+/// Opens each mode (each proxy depth), sweeps it, and collects points, skips and notes.
+fn measure_all(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> BenchData {
+    let plan = args.plan();
+    let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut data = BenchData {
+        meta: Meta {
+            tool: format!("ferrocomm-bench {}", env!("CARGO_PKG_VERSION")),
+            created_unix_s,
+            command: command.to_owned(),
+            driver: driver_version(),
+            ..Meta::default()
+        },
+        ..BenchData::default()
+    };
+    let mut env: Vec<String> = std::env::vars()
+        .filter(|(k, _)| ENV_NOTED.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.sort();
+    if !env.is_empty() {
+        data.meta.notes.push(format!("Environment: `{}`.", env.join(" ")));
+    }
+
+    let mut runs: Vec<(Mode, u32)> = Vec::new();
+    for mode in args.modes() {
+        match mode {
+            Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, d))),
+            _ => runs.push((mode, 0)),
+        }
+    }
+    let progress = progress_bar(plan.points() * runs.len() as u64);
+    for (mode, queue_depth) in runs {
+        let config = OpenConfig { gpus: args.gpus.clone(), queue_depth };
+        let depth = (mode == Mode::Proxy).then_some(queue_depth);
+        match opener.open(mode, &config) {
+            Ok(mut backend) => {
+                if data.meta.devices.is_empty() {
+                    data.meta.devices = backend.devices();
+                }
+                if mode == Mode::Nccl {
+                    data.meta.nccl = nccl_version();
+                }
+                measure(backend.as_mut(), &plan, &progress, &mut data);
+                data.meta.notes.extend(backend.notes());
+            }
+            Err(e) => {
+                progress.inc(plan.points());
+                let reason = e.to_string();
+                data.skipped.extend(plan.ops.iter().map(|&op| Skipped {
+                    op,
+                    mode,
+                    queue_depth: depth,
+                    bytes: None,
+                    reason: reason.clone(),
+                }));
+            }
+        }
+    }
+    progress.finish_and_clear();
+    data
+}

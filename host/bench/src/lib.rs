@@ -1,0 +1,42 @@
+//! `ferrocomm bench`: when is GPU-initiated communication worth it? The same operations (ping-pong, put,
+//! all-reduce, all-gather, all-to-all) in each mode — `gpu` (ferrocomm kernels), `proxy` (kernels post
+//! descriptors, a host thread issues copies), `cpu` (the host issues `cuMemcpyPeerAsync`), `nccl` — swept
+//! over sizes, with medians, bandwidths, host CPU time, plots and a crossover summary.
+//!
+//! | module | job |
+//! | --- | --- |
+//! | [`model`] | the data: operations, modes, measurements, a run |
+//! | [`sizes`] | size parsing (`8B..1GiB`, `64KiB`) and printing |
+//! | [`stats`] | median / min / max, operations per trial |
+//! | [`bandwidth`] | algorithm and bus bandwidth (NCCL's convention) |
+//! | [`cputime`] | host CPU time per operation (`getrusage`) |
+//! | [`reference`](mod@reference) | CPU references the modes are checked against |
+//! | [`backend`] | the trait every mode implements, and its errors |
+//! | [`method`] | warm-up, trials, sweeps, progress bar |
+//! | [`gpu`] | the built-in `cpu` and `nccl` modes (cudarc, loaded at run time) |
+//! | [`anchors`] | figures from the anchor scripts' output (torch symm_mem, NCCL, CUDA C++) |
+//! | [`crossover`] | which mode wins at which size |
+//! | [`report`] | terminal table, JSON, CSV, SVG plots, the report folder |
+//! | [`cli`] | `ferrocomm bench`'s arguments and driver |
+//!
+//! ```no_run
+//! // What `ferrocomm bench --quick --modes cpu,nccl --out bench` does:
+//! ferrocomm_bench::cli::run(["bench", "--quick", "--modes", "cpu,nccl", "--out", "bench"]).unwrap();
+//! ```
+
+pub mod anchors;
+pub mod backend;
+pub mod bandwidth;
+pub mod cli;
+pub mod cputime;
+pub mod crossover;
+pub mod gpu;
+pub mod method;
+pub mod model;
+pub mod reference;
+pub mod report;
+pub mod sizes;
+pub mod stats;
+
+pub use backend::{Backend, BackendError, BackendOpener, OpenConfig, Request, Timing};
+pub use model::{BenchData, Dtype, Measurement, Meta, Mode, Operation, Series, Skipped};

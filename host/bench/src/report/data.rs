@@ -1,0 +1,78 @@
+//! Data files: `data.json` (the whole run, reads back with [`from_json`]) and `data.csv` (one row per
+//! point, for spreadsheets and pandas).
+
+use crate::model::{BenchData, Measurement};
+
+/// The CSV columns, in order.
+pub const CSV_HEADER: [&str; 17] = [
+    "op",
+    "mode",
+    "label",
+    "world",
+    "bytes",
+    "dtype",
+    "iterations",
+    "trials",
+    "median_us",
+    "min_us",
+    "max_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "host_cpu_us_per_op",
+    "sms_used",
+    "queue_depth",
+    "graph",
+];
+
+/// The run as pretty-printed JSON.
+pub fn to_json(data: &BenchData) -> Result<String, serde_json::Error> {
+    serde_json::to_string_pretty(data)
+}
+
+/// A run read back from [`to_json`]'s output.
+pub fn from_json(text: &str) -> Result<BenchData, serde_json::Error> {
+    serde_json::from_str(text)
+}
+
+/// Quotes a CSV field when it holds a comma, a quote or a line break (RFC 4180).
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// One CSV line (without the line break) for a point; numbers at full precision, unknowns empty.
+pub fn csv_row(m: &Measurement) -> String {
+    [
+        m.op.name().to_owned(),
+        m.mode.name().to_owned(),
+        field(m.label.as_deref().unwrap_or("")),
+        m.world.to_string(),
+        m.bytes.to_string(),
+        m.dtype.name().to_owned(),
+        m.iterations.to_string(),
+        m.trials.to_string(),
+        m.median_us.to_string(),
+        m.min_us.to_string(),
+        m.max_us.to_string(),
+        m.algbw_gbps.to_string(),
+        m.busbw_gbps.to_string(),
+        opt(m.host_cpu_us_per_op),
+        opt(m.sms_used),
+        opt(m.queue_depth),
+        m.graph.to_string(),
+    ]
+    .join(",")
+}
+
+/// The points as CSV: the header, then one line per point in the data's order.
+pub fn to_csv(data: &BenchData) -> String {
+    let mut out = CSV_HEADER.join(",") + "\n";
+    for m in &data.measurements {
+        out += &csv_row(m);
+        out.push('\n');
+    }
+    out
+}

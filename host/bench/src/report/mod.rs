@@ -1,0 +1,65 @@
+//! Output: terminal tables, JSON and CSV data, SVG plots, and the report folder that holds them all.
+//!
+//! A report folder (`bench/` in the repository) has `README.md` (headline table, crossover summary,
+//! plots and tables), `data.json`, `data.csv`, and two plots per operation (`<op>-latency.svg`,
+//! `<op>-bandwidth.svg`).
+
+pub mod data;
+pub mod plot;
+pub mod readme;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use crate::model::BenchData;
+use plot::{PlotError, PlotKind};
+
+/// A report that could not be written.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReportError {
+    /// A file or folder could not be written or read.
+    #[error("cannot write {path}: {source} (check that the folder is writable)")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The data could not be turned into JSON.
+    #[error("cannot encode the data as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A plot could not be drawn.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
+fn write(path: PathBuf, contents: &str) -> Result<PathBuf, ReportError> {
+    std::fs::write(&path, contents).map_err(|source| ReportError::Io { path: path.clone(), source })?;
+    Ok(path)
+}
+
+/// Writes the report folder `dir` (created if missing; files of the same names are replaced) and
+/// returns the files written.
+pub fn write_report(dir: &Path, data: &BenchData) -> Result<Vec<PathBuf>, ReportError> {
+    std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.to_owned(), source })?;
+    let mut files = vec![
+        write(dir.join("data.json"), &(data::to_json(data)? + "\n"))?,
+        write(dir.join("data.csv"), &data::to_csv(data))?,
+    ];
+    let mut plots = Vec::new();
+    for op in data.operations() {
+        for kind in [PlotKind::Latency, PlotKind::Bandwidth] {
+            let name = kind.file_name(op);
+            let path = dir.join(&name);
+            if plot::plot(data, op, kind, &path)? {
+                plots.push(name);
+                files.push(path);
+            }
+        }
+    }
+    files.push(write(dir.join("README.md"), &readme::readme(data, &plots))?);
+    Ok(files)
+}

@@ -1,0 +1,135 @@
+//! The report's README.md: headline table, crossover summary, per-operation plots and tables, what was
+//! not measured, and the method.
+
+use std::fmt::Write as _;
+
+use crate::crossover;
+use crate::model::BenchData;
+use crate::report::plot::PlotKind;
+use crate::report::table::{self, HEADERS};
+
+/// `YYYY-MM-DD HH:MM UTC` from seconds since the Unix epoch (proleptic Gregorian calendar).
+pub fn format_utc(unix_s: u64) -> String {
+    let days = (unix_s / 86_400) as i64;
+    let (hour, minute) = ((unix_s % 86_400) / 3600, (unix_s % 3600) / 60);
+    // Days to civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02} UTC")
+}
+
+const METHOD: &str = "\
+- Each mode is first checked once per operation against a CPU reference on small known inputs; a mode \
+that fails is reported under *Not measured* instead of producing figures.
+- Each point: warm-up operations, then timed trials of back-to-back operations (fewer per trial for large \
+messages, see *iterations* in the data); the tables give the median, min and max over trials of the time \
+per operation.
+- GPU time comes from CUDA events around the operations, as CUDA-graph replay where the *graph* column says \
+yes. The CPU-initiated ping-pong is timed with the host clock, since the host takes part in every hop.
+- Ping-pong times are one way (half a round trip); put is one direction, GPU 0 to GPU 1.
+- Sizes: the all-reduce buffer; the whole gathered buffer for all-gather; one rank's send buffer for \
+all-to-all; the message for ping-pong and put.
+- Bandwidth: algbw = size / time; busbw follows NCCL's convention (nccl-tests): all-reduce × 2(n−1)/n, \
+all-gather and all-to-all × (n−1)/n, ping-pong and put × 1.
+- Host CPU µs/op: user + system CPU time of the whole process (proxy threads included) during the timed \
+trials, less what the measuring thread spent only waiting for each trial's end, divided by the operations. \
+The CPU-initiated ping-pong keeps its waits: the host waiting on every hop is that mode's cost.
+- Anchor rows were measured by other programs (torch, NCCL through torch, CUDA C++) in the same session and \
+read from their output; their min and max are over repeated lines, when the output repeats a figure.
+";
+
+/// The README of a report folder whose plots are named by [`PlotKind::file_name`] and whose data files
+/// are `data.json` and `data.csv`. `plots` lists the plot files that were drawn.
+pub fn readme(data: &BenchData, plots: &[String]) -> String {
+    let meta = &data.meta;
+    let mut out = String::from("# ferrocomm bench\n\n");
+    let mut when = format!("Measured {}", format_utc(meta.created_unix_s));
+    if !meta.devices.is_empty() {
+        when += &format!(" on {}", meta.devices.join(", "));
+    }
+    let mut taken = vec![when];
+    if let Some(driver) = &meta.driver {
+        taken.push(format!("CUDA driver {driver}"));
+    }
+    if let Some(nccl) = &meta.nccl {
+        taken.push(format!("NCCL {nccl}"));
+    }
+    let _ = writeln!(out, "{}.", taken.join("; "));
+    if !meta.command.is_empty() {
+        let _ = writeln!(out, "\nCommand: `{}`", meta.command);
+    }
+    if !meta.tool.is_empty() {
+        let _ = writeln!(out, "\nTool: {}.", meta.tool);
+    }
+
+    let (headers, rows) = table::headline(data);
+    if !rows.is_empty() {
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let _ = write!(
+            out,
+            "\n## Headline\n\n{}\nMedian time per operation (and bus bandwidth from 16 MiB up) of each mode's best \
+             variant. *gpu vs best other*: the best other series' median over gpu's — above 1, gpu is faster.\n",
+            table::markdown_table(&headers, &rows)
+        );
+    }
+
+    let summary = crossover::summary(data);
+    if !summary.is_empty() {
+        out += "\n## Who wins where\n";
+        for (op, lines) in summary {
+            let _ = writeln!(out, "\n**{}**\n", op.title());
+            for line in lines {
+                let _ = writeln!(out, "- {line}");
+            }
+        }
+    }
+
+    for op in data.operations() {
+        let _ = writeln!(out, "\n## {}\n", table::caption(data, op));
+        for kind in [PlotKind::Latency, PlotKind::Bandwidth] {
+            let file = kind.file_name(op);
+            if plots.contains(&file) {
+                let alt = match kind {
+                    PlotKind::Latency => "time per operation",
+                    PlotKind::Bandwidth => "bus bandwidth",
+                };
+                let _ = writeln!(out, "![{} {alt}]({file})", op.name());
+            }
+        }
+        let cells: Vec<Vec<String>> = table::rows(data, op).into_iter().map(table::row).collect();
+        let _ = write!(out, "\n{}", table::markdown_table(&HEADERS, &cells));
+    }
+
+    if !data.skipped.is_empty() {
+        out += "\n## Not measured\n\n";
+        let rows = table::skipped_rows(data);
+        out += &table::markdown_table(&["operations", "mode", "size", "reason"], &rows);
+    }
+
+    let _ = write!(out, "\n## Method\n\n{METHOD}");
+    for note in &meta.notes {
+        let _ = writeln!(out, "- {note}");
+    }
+    out += "\nData: [data.json](data.json) (the whole run; `ferrocomm bench --from data.json --out DIR` redraws \
+            this report), [data.csv](data.csv).\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(format_utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(format_utc(1_796_041_800), "2026-11-30 12:30 UTC");
+    }
+}

@@ -1,0 +1,279 @@
+//! Tables: the per-operation tables (terminal text and Markdown) and the headline table.
+
+use crate::model::{BenchData, Measurement, Mode, Operation};
+use crate::sizes::format_size;
+
+/// Column headers of the per-operation tables.
+pub const HEADERS: [&str; 10] =
+    ["size", "series", "median µs", "min µs", "max µs", "algbw GB/s", "busbw GB/s", "host CPU µs/op", "SMs", "graph"];
+
+/// A number with a precision that suits its magnitude (3 significant digits or more).
+pub fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "–".to_owned(), |v| v.to_string())
+}
+
+/// The cells of one row of a per-operation table.
+pub fn row(m: &Measurement) -> Vec<String> {
+    vec![
+        format_size(m.bytes),
+        m.series().to_string(),
+        fmt_num(m.median_us),
+        fmt_num(m.min_us),
+        fmt_num(m.max_us),
+        fmt_num(m.algbw_gbps),
+        fmt_num(m.busbw_gbps),
+        opt(m.host_cpu_us_per_op.map(fmt_num)),
+        opt(m.sms_used),
+        if m.graph { "yes" } else { "no" }.to_owned(),
+    ]
+}
+
+/// The rows of `op`, by size then series.
+pub fn rows(data: &BenchData, op: Operation) -> Vec<&Measurement> {
+    let mut rows: Vec<&Measurement> = data.measurements.iter().filter(|m| m.op == op).collect();
+    rows.sort_by(|a, b| a.bytes.cmp(&b.bytes).then_with(|| a.series().cmp(&b.series())));
+    rows
+}
+
+/// A caption for `op`'s table: "All-reduce — bf16, 2 GPUs".
+pub fn caption(data: &BenchData, op: Operation) -> String {
+    let first = data.measurements.iter().find(|m| m.op == op && m.mode != Mode::Anchor);
+    let first = first.or_else(|| data.measurements.iter().find(|m| m.op == op));
+    match first {
+        Some(m) => format!("{} — {}, {} GPUs", op.title(), m.dtype, m.world),
+        None => op.title().to_owned(),
+    }
+}
+
+/// Column-aligned text: numbers right-aligned, words left-aligned.
+pub fn text_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let numeric = |i: usize| rows.iter().all(|r| r[i].chars().all(|c| c.is_ascii_digit() || ".–-".contains(c)));
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let pad = " ".repeat(widths[i].saturating_sub(c.chars().count()));
+                if numeric(i) && i > 0 { format!("{pad}{c}") } else { format!("{c}{pad}") }
+            })
+            .collect();
+        padded.join("  ").trim_end().to_owned()
+    };
+    let mut out = line(headers.to_vec()) + "\n";
+    for row in rows {
+        out += &line(row.iter().map(String::as_str).collect());
+        out.push('\n');
+    }
+    out
+}
+
+/// A Markdown pipe table (numbers right-aligned).
+pub fn markdown_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let numeric = |i: usize| {
+        !rows.is_empty() && rows.iter().all(|r| r[i].chars().all(|c| c.is_ascii_digit() || ".–-".contains(c)))
+    };
+    let mut out = format!("| {} |\n|", headers.join(" | "));
+    for i in 0..headers.len() {
+        out += if numeric(i) { " ---: |" } else { " --- |" };
+    }
+    out.push('\n');
+    for row in rows {
+        let cells: Vec<String> = row.iter().map(|c| c.replace('|', "\\|")).collect();
+        out += &format!("| {} |\n", cells.join(" | "));
+    }
+    out
+}
+
+/// Every operation's table, as text for a terminal.
+pub fn terminal_report(data: &BenchData) -> String {
+    let mut out = String::new();
+    for op in data.operations() {
+        let cells: Vec<Vec<String>> = rows(data, op).into_iter().map(row).collect();
+        out += &format!("{}\n{}\n", caption(data, op), text_table(&HEADERS, &cells));
+    }
+    out
+}
+
+/// What was not measured, one row per (mode, size, reason) with the operations it covers: columns
+/// operations, mode, size, reason.
+pub fn skipped_rows(data: &BenchData) -> Vec<Vec<String>> {
+    let mut groups: Vec<(String, String, String, Vec<&str>)> = Vec::new();
+    for s in &data.skipped {
+        let mode = match s.queue_depth {
+            Some(depth) => format!("{} qd={depth}", s.mode),
+            None => s.mode.to_string(),
+        };
+        let size = s.bytes.map_or_else(|| "all".to_owned(), format_size);
+        let reason = s.reason.replace('\n', " ");
+        match groups.iter_mut().find(|g| g.0 == mode && g.1 == size && g.2 == reason) {
+            Some(group) => {
+                if !group.3.contains(&s.op.name()) {
+                    group.3.push(s.op.name());
+                }
+            }
+            None => groups.push((mode, size, reason, vec![s.op.name()])),
+        }
+    }
+    groups.into_iter().map(|(mode, size, reason, ops)| vec![ops.join(", "), mode, size, reason]).collect()
+}
+
+/// Sizes worth a headline row per operation (the anchors' sizes and the targets); the smallest
+/// and largest measured sizes stand in when none of them was measured.
+fn headline_candidates(op: Operation) -> &'static [u64] {
+    const K: u64 = 1 << 10;
+    const M: u64 = 1 << 20;
+    match op {
+        Operation::PingPong => &[4, 8, 64, 4 * K],
+        Operation::PutBandwidth => &[64 * K, M, 64 * M, 1 << 30],
+        Operation::AllReduce => &[8 * K, 64 * K, 256 * K, M, 16 * M, 256 * M],
+        // Tokens × 7168 bf16 (MoE): 1, 128, 1024 tokens, and powers of two.
+        Operation::AllGather | Operation::AllToAll => &[14336, 1835008, 14680064, 64 * K, M, 16 * M, 256 * M],
+    }
+}
+
+/// The (operation, size) rows of the headline table: candidate sizes some mode of the tool measured.
+pub fn headline_points(data: &BenchData) -> Vec<(Operation, u64)> {
+    let mut out = Vec::new();
+    for op in data.operations() {
+        let mut own: Vec<u64> =
+            data.measurements.iter().filter(|m| m.op == op && m.mode != Mode::Anchor).map(|m| m.bytes).collect();
+        own.sort_unstable();
+        own.dedup();
+        let mut picked: Vec<u64> = headline_candidates(op).iter().copied().filter(|b| own.contains(b)).collect();
+        if picked.is_empty() {
+            picked.extend(own.first().copied());
+            picked.extend(own.last().copied().filter(|l| Some(l) != own.first()));
+        }
+        picked.sort_unstable();
+        out.extend(picked.into_iter().map(|b| (op, b)));
+    }
+    out
+}
+
+/// The fastest point of `mode` at (op, bytes) (the best queue depth for the proxy, the best anchor).
+fn best(data: &BenchData, op: Operation, bytes: u64, mode: Mode) -> Option<&Measurement> {
+    data.measurements
+        .iter()
+        .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode)
+        .min_by(|a, b| a.median_us.total_cmp(&b.median_us))
+}
+
+/// A headline cell: the median, bus bandwidth for large messages, and which variant when it matters.
+fn cell(m: &Measurement) -> String {
+    let mut s = format!("{} µs", fmt_num(m.median_us));
+    if m.bytes >= 16 << 20 {
+        s += &format!(" · {} GB/s", fmt_num(m.busbw_gbps));
+    }
+    if m.mode == Mode::Anchor {
+        s += &format!(" ({})", m.label.as_deref().unwrap_or("anchor"));
+    } else if let Some(depth) = m.queue_depth {
+        s += &format!(" (qd={depth})");
+    }
+    s
+}
+
+/// The headline table: for each headline point, each mode's best median side by side, the best anchor,
+/// and how much faster `gpu` is than the best of the others (anchors included).
+pub fn headline(data: &BenchData) -> (Vec<String>, Vec<Vec<String>>) {
+    let modes: Vec<Mode> =
+        Mode::RUNNABLE.into_iter().filter(|mode| data.measurements.iter().any(|m| m.mode == *mode)).collect();
+    let anchors = data.measurements.iter().any(|m| m.mode == Mode::Anchor);
+    let mut headers: Vec<String> = vec!["operation".into(), "size".into()];
+    headers.extend(modes.iter().map(|m| m.name().to_owned()));
+    if anchors {
+        headers.push("best anchor".into());
+    }
+    headers.push("gpu vs best other".into());
+    let mut rows = Vec::new();
+    for (op, bytes) in headline_points(data) {
+        let mut row = vec![op.name().to_owned(), format_size(bytes)];
+        for &mode in &modes {
+            row.push(best(data, op, bytes, mode).map_or_else(|| "–".to_owned(), cell));
+        }
+        if anchors {
+            row.push(best(data, op, bytes, Mode::Anchor).map_or_else(|| "–".to_owned(), cell));
+        }
+        let others = data
+            .measurements
+            .iter()
+            .filter(|m| m.op == op && m.bytes == bytes && m.mode != Mode::Gpu)
+            .min_by(|a, b| a.median_us.total_cmp(&b.median_us));
+        row.push(match (best(data, op, bytes, Mode::Gpu), others) {
+            (Some(gpu), Some(other)) => format!("{:.2}× ({})", other.median_us / gpu.median_us, other.series()),
+            _ => "–".to_owned(),
+        });
+        rows.push(row);
+    }
+    (headers, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_table_aligns_numbers_right() {
+        let rows = vec![
+            vec!["8 B".to_owned(), "gpu".to_owned(), "1.25".to_owned()],
+            vec!["1 GiB".to_owned(), "nccl".to_owned(), "2650.0".to_owned()],
+        ];
+        let t = text_table(&["size", "series", "median µs"], &rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "size   series  median µs");
+        assert_eq!(lines[1], "8 B    gpu          1.25");
+        assert_eq!(lines[2], "1 GiB  nccl       2650.0");
+    }
+
+    #[test]
+    fn markdown_escapes_and_aligns() {
+        let t = markdown_table(&["a", "n"], &[vec!["x|y".to_owned(), "1.5".to_owned()]]);
+        assert_eq!(t, "| a | n |\n| --- | ---: |\n| x\\|y | 1.5 |\n");
+    }
+
+    #[test]
+    fn skipped_rows_group_operations() {
+        use crate::model::Skipped;
+        let skip =
+            |op, bytes, reason: &str| Skipped { op, mode: Mode::Cpu, queue_depth: None, bytes, reason: reason.into() };
+        let data = BenchData {
+            skipped: vec![
+                skip(Operation::PingPong, None, "no driver"),
+                skip(Operation::AllReduce, None, "no driver"),
+                skip(Operation::AllReduce, Some(1 << 30), "out of memory"),
+            ],
+            ..BenchData::default()
+        };
+        let rows = skipped_rows(&data);
+        assert_eq!(
+            rows,
+            vec![
+                vec!["ping-pong, all-reduce", "cpu", "all", "no driver"],
+                vec!["all-reduce", "cpu", "1 GiB", "out of memory"]
+            ]
+        );
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(fmt_num(1234.56), "1234.6");
+        assert_eq!(fmt_num(6.4249), "6.42");
+        assert_eq!(fmt_num(0.01234), "0.012");
+    }
+}
