@@ -1,0 +1,225 @@
+//! The CUDA backend, on cudarc's driver API: one primary context per GPU, one non-blocking stream per rank,
+//! memory, modules ([`module`]), launches and graphs ([`launch`]), peer access ([`peer`]).
+
+mod launch;
+mod module;
+mod peer;
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
+
+pub(crate) use launch::RankGraph;
+pub(crate) use module::LoadedModule;
+
+use crate::error::{Error, cuda};
+use crate::memory::ERROR_BUFFER_BYTES;
+use crate::system;
+use crate::team::{Device, ErrorSlot};
+
+/// One GPU of a team and the limits launches are checked against.
+#[derive(Debug)]
+pub(crate) struct CudaGpu {
+    pub ordinal: usize,
+    pub ctx: Arc<CudaContext>,
+    pub cc: u32,
+    pub multiprocessors: u32,
+    pub max_threads_per_block: u32,
+    pub max_block: [u32; 3],
+    pub max_grid: [u32; 3],
+    /// Dynamic + static shared memory a block may opt into.
+    pub max_shared_optin: u32,
+}
+
+impl CudaGpu {
+    fn open(ordinal: usize) -> Result<CudaGpu, Error> {
+        let on = Some(Device::Cuda { ordinal });
+        system::cu_device(ordinal)?;
+        let ctx = CudaContext::new(ordinal).map_err(cuda("cuDevicePrimaryCtxRetain", on))?;
+        let attr = |a: CUdevice_attribute| -> Result<u32, Error> { Ok(system::attribute(ordinal, a)?.max(0) as u32) };
+        use CUdevice_attribute as A;
+        Ok(CudaGpu {
+            ordinal,
+            cc: system::compute_capability(ordinal)?,
+            multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_block: [
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            max_grid: [
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            ctx,
+        })
+    }
+
+    fn device(&self) -> Device {
+        Device::Cuda { ordinal: self.ordinal }
+    }
+}
+
+/// One rank: its GPU, its stream, its module instances.
+#[derive(Debug)]
+pub(crate) struct CudaRank {
+    pub gpu: usize,
+    pub stream: Arc<CudaStream>,
+    /// Keyed by [`KernelModule::key`](crate::KernelModule): each rank loads its own instance, so ranks
+    /// sharing a GPU have their own `FERROCOMM_LAUNCH_CTX`.
+    pub modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
+}
+
+/// The CUDA half of a team. Field order is drop order: modules and streams before contexts.
+#[derive(Debug)]
+pub(crate) struct CudaTeam {
+    pub ranks: Vec<CudaRank>,
+    pub gpus: Vec<CudaGpu>,
+}
+
+impl CudaTeam {
+    /// Opens the GPUs `ordinals`, enables peer access between every pair, and creates one stream per rank
+    /// (`rank_gpu[r]` indexes `ordinals`).
+    pub fn new(ordinals: &[usize], rank_gpu: &[usize]) -> Result<CudaTeam, Error> {
+        system::driver()?;
+        let gpus = ordinals.iter().map(|&o| CudaGpu::open(o)).collect::<Result<Vec<_>, _>>()?;
+        peer::enable_all(&gpus)?;
+        let ranks = rank_gpu
+            .iter()
+            .map(|&gpu| {
+                let g = &gpus[gpu];
+                let stream = g.ctx.new_stream().map_err(cuda("cuStreamCreate", Some(g.device())))?;
+                Ok(CudaRank { gpu, stream, modules: Mutex::new(HashMap::new()) })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(CudaTeam { ranks, gpus })
+    }
+
+    pub fn gpu_of(&self, rank: usize) -> &CudaGpu {
+        &self.gpus[self.ranks[rank].gpu]
+    }
+
+    fn on(&self, rank: usize) -> Option<Device> {
+        Some(self.gpu_of(rank).device())
+    }
+
+    /// Makes rank `rank`'s context current on this thread; every driver call for the rank follows this.
+    pub fn bind(&self, rank: usize) -> Result<&CudaRank, Error> {
+        self.gpu_of(rank).ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent", self.on(rank)))?;
+        Ok(&self.ranks[rank])
+    }
+
+    fn stream(&self, rank: usize) -> sys::CUstream {
+        self.ranks[rank].stream.cu_stream()
+    }
+
+    fn sync(&self, rank: usize) -> Result<(), Error> {
+        self.ranks[rank].stream.synchronize().map_err(cuda("cuStreamSynchronize", self.on(rank)))
+    }
+
+    /// `bytes` zeroed bytes of device memory on `rank`'s GPU (256-byte aligned, as cuMemAlloc returns).
+    pub fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
+        self.bind(rank)?;
+        let on = self.on(rank);
+        // SAFETY: the rank's context is current; the memory is zeroed below before anyone reads it.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(cuda("cuMemAlloc", on))?;
+        // SAFETY: `ptr` holds `bytes` bytes; the rank's stream belongs to the current context.
+        let zeroed = unsafe { result::memset_d8_async(ptr, 0, bytes, self.stream(rank)) }
+            .map_err(cuda("cuMemsetD8Async", on))
+            .and_then(|()| self.sync(rank));
+        if let Err(e) = zeroed {
+            // SAFETY: allocated above and not handed out.
+            let _ = unsafe { result::free_sync(ptr) };
+            return Err(e);
+        }
+        Ok(ptr)
+    }
+
+    /// Frees an allocation of [`CudaTeam::alloc`]; no kernel may use it any more.
+    pub fn free(&self, rank: usize, addr: u64) -> Result<(), Error> {
+        self.bind(rank)?;
+        // SAFETY: `addr` came from `alloc` on this rank's context and the caller settled the team.
+        unsafe { result::free_sync(addr) }.map_err(cuda("cuMemFree", self.on(rank)))
+    }
+
+    /// Copies host bytes to `dst` through the rank's stream and waits for the copy.
+    pub fn write(&self, rank: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind(rank)?;
+        // SAFETY: the caller checked `dst..dst + src.len()` lies in a live allocation of this rank; `src`
+        // outlives the copy because the stream is synchronised before returning.
+        unsafe { result::memcpy_htod_async(dst, src, self.stream(rank)) }
+            .map_err(cuda("cuMemcpyHtoDAsync", self.on(rank)))?;
+        self.sync(rank)
+    }
+
+    /// Copies device bytes at `src` into `dst` through the rank's stream and waits for the copy.
+    pub fn read(&self, rank: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind(rank)?;
+        // SAFETY: as for `write`, with the roles swapped.
+        unsafe { result::memcpy_dtoh_async(dst, src, self.stream(rank)) }
+            .map_err(cuda("cuMemcpyDtoHAsync", self.on(rank)))?;
+        self.sync(rank)
+    }
+
+    /// Sets `len` bytes at `dst` to `byte` and waits.
+    pub fn memset(&self, rank: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind(rank)?;
+        // SAFETY: the caller checked the range lies in a live allocation of this rank.
+        unsafe { result::memset_d8_async(dst, byte, len, self.stream(rank)) }
+            .map_err(cuda("cuMemsetD8Async", self.on(rank)))?;
+        self.sync(rank)
+    }
+
+    /// Whether everything queued on the rank's stream has finished (never blocks).
+    pub fn idle(&self, rank: usize) -> Result<bool, Error> {
+        self.bind(rank)?;
+        // SAFETY: the stream is alive (owned by this rank) and its context is current.
+        match unsafe { sys::cuStreamQuery(self.stream(rank)) } {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(Error::Cuda { call: "cuStreamQuery", device: self.on(rank), source: DriverError(other) }),
+        }
+    }
+
+    /// A rank's error buffer: pinned host memory mapped into every context, zeroed.
+    pub fn alloc_error_buffer(&self, rank: usize) -> Result<ErrorSlot, Error> {
+        self.bind(rank)?;
+        let on = self.on(rank);
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: a plain pinned allocation; zeroed below before any kernel can see it.
+        let host = unsafe { result::malloc_host(ERROR_BUFFER_BYTES, flags) }.map_err(cuda("cuMemHostAlloc", on))?;
+        // SAFETY: `host` holds ERROR_BUFFER_BYTES writable bytes.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, ERROR_BUFFER_BYTES) };
+        let mut device = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP; the rank's context is current.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) }.result();
+        if let Err(source) = mapped {
+            // SAFETY: allocated above and not handed out.
+            let _ = unsafe { result::free_host(host) };
+            return Err(Error::Cuda { call: "cuMemHostGetDevicePointer", device: on, source });
+        }
+        Ok(ErrorSlot { host: host.cast(), device })
+    }
+
+    /// Frees an error buffer of [`CudaTeam::alloc_error_buffer`].
+    pub fn free_error_buffer(&self, slot: ErrorSlot) -> Result<(), Error> {
+        self.bind(0)?;
+        // SAFETY: allocated by `alloc_error_buffer` and no kernel of the team runs.
+        unsafe { result::free_host(slot.host.cast::<c_void>()) }.map_err(cuda("cuMemFreeHost", self.on(0)))
+    }
+}

@@ -1,0 +1,274 @@
+//! The emulator backend: each rank is a worker thread that plays its stream (launches run in order), each
+//! launch runs the kernel's host body on one host thread per GPU thread through
+//! `ferrocomm_device::emu::launch`, and "device" memory is 256-byte aligned host memory.
+
+use std::alloc::{self, Layout};
+use std::ffi::c_void;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use ferrocomm_device::emu::{self as device_emu, EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
+
+use crate::error::Error;
+use crate::launch::{Kernel, LaunchConfig, ParamPack};
+use crate::memory::{ALIGN, ERROR_BUFFER_BYTES};
+use crate::team::{ErrorSlot, TeamShared};
+
+type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
+/// One emulated stream.
+#[derive(Debug)]
+struct EmuRank {
+    tx: Option<Sender<Job>>,
+    submitted: AtomicU64,
+    done: Arc<AtomicU64>,
+    /// The first failure of a job, reported once the stream is idle.
+    failure: Arc<Mutex<Option<String>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A launch recorded during graph capture, replayed as is.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    kernel: &'static Kernel,
+    cfg: LaunchConfig,
+    packs: Vec<Arc<ParamPack>>,
+}
+
+/// The emulator half of a team.
+#[derive(Debug)]
+pub(crate) struct EmuTeam {
+    ranks: Vec<EmuRank>,
+    recording: Mutex<Option<Vec<Recorded>>>,
+}
+
+/// The kernel's parameter pointers, shared by the host threads of one launch.
+struct Pointers(Vec<*const c_void>);
+
+// SAFETY: the pointers address the launch's `ParamPack`, which outlives the launch and is only read.
+unsafe impl Sync for Pointers {}
+
+impl Pointers {
+    // A method, not a field access: a closure capturing `.0` would capture the bare (non-Sync) Vec.
+    fn get(&self) -> &[*const c_void] {
+        &self.0
+    }
+}
+
+impl EmuTeam {
+    /// Starts one worker thread per rank.
+    pub fn new(world: usize) -> Result<EmuTeam, Error> {
+        let ranks = (0..world)
+            .map(|rank| {
+                let (tx, rx) = mpsc::channel::<Job>();
+                let done = Arc::new(AtomicU64::new(0));
+                let failure = Arc::new(Mutex::new(None));
+                let (done2, failure2) = (Arc::clone(&done), Arc::clone(&failure));
+                let thread = std::thread::Builder::new()
+                    .name(format!("ferrocomm-emu-rank{rank}"))
+                    .spawn(move || {
+                        for job in rx {
+                            let outcome = panic::catch_unwind(AssertUnwindSafe(job))
+                                .unwrap_or_else(|_| Err("the emulator worker panicked".to_owned()));
+                            if let Err(reason) = outcome {
+                                let mut f = failure2.lock().unwrap_or_else(PoisonError::into_inner);
+                                f.get_or_insert(reason);
+                            }
+                            // Release: the grid's writes happen before the host sees the stream idle.
+                            done2.fetch_add(1, Ordering::Release);
+                        }
+                    })
+                    .map_err(|e| Error::Emulator { rank, reason: format!("could not start its worker thread: {e}") })?;
+                Ok(EmuRank { tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(EmuTeam { ranks, recording: Mutex::new(None) })
+    }
+
+    /// `bytes` zeroed bytes of host memory aligned to [`ALIGN`]; `bytes` is a non-zero multiple of it.
+    pub fn alloc(&self, bytes: usize) -> Result<u64, Error> {
+        alloc_zeroed(bytes)
+    }
+
+    /// Frees memory of [`EmuTeam::alloc`].
+    ///
+    /// # Safety
+    ///
+    /// `addr` came from `alloc(bytes)`, is freed once, and no kernel or host copy uses it any more.
+    pub unsafe fn free(addr: u64, bytes: usize) -> Result<(), Error> {
+        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).expect("checked when allocated");
+        // SAFETY: per the contract, allocated with this layout and unused.
+        unsafe { alloc::dealloc(addr as usize as *mut u8, layout) };
+        Ok(())
+    }
+
+    /// Copies `src` to `dst`.
+    ///
+    /// # Safety
+    ///
+    /// `dst..dst + src.len()` lies in a live allocation and no kernel accesses it during the copy.
+    pub unsafe fn write(dst: u64, src: &[u8]) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as usize as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    /// Copies from `src` into `dst`.
+    ///
+    /// # Safety
+    ///
+    /// `src..src + dst.len()` lies in a live allocation and no kernel writes it during the copy.
+    pub unsafe fn read(src: u64, dst: &mut [u8]) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes at `dst` to `byte`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`EmuTeam::write`].
+    pub unsafe fn memset(dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::write_bytes(dst as usize as *mut u8, byte, len) };
+        Ok(())
+    }
+
+    /// A zeroed error buffer; the emulator's kernels write it at its host address.
+    pub fn alloc_error_buffer() -> Result<ErrorSlot, Error> {
+        let addr = alloc_zeroed(ERROR_BUFFER_BYTES)?;
+        Ok(ErrorSlot { host: addr as usize as *mut _, device: addr })
+    }
+
+    /// Whether the rank's worker has run everything submitted; a failed job is reported once it has.
+    pub fn idle(&self, rank: usize) -> Result<bool, Error> {
+        let r = &self.ranks[rank];
+        if r.done.load(Ordering::Acquire) < r.submitted.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        match r.failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(reason) => Err(Error::Emulator { rank, reason }),
+            None => Ok(true),
+        }
+    }
+
+    fn submit(&self, rank: usize, job: Job) -> Result<(), Error> {
+        let r = &self.ranks[rank];
+        r.submitted.fetch_add(1, Ordering::AcqRel);
+        let sent = r.tx.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
+        if !sent {
+            r.done.fetch_add(1, Ordering::Release);
+            return Err(Error::Emulator { rank, reason: "its worker thread has exited".into() });
+        }
+        Ok(())
+    }
+
+    /// Checks what `emu::launch` would refuse, so the error comes at launch and not at wait.
+    pub fn check(kernel: &Kernel, cfg: &LaunchConfig) -> Result<(), Error> {
+        let bad = |reason: String| Err(Error::BadLaunchConfig { kernel: kernel.name, reason });
+        let (blocks, threads) = (cfg.blocks(), u64::from(cfg.threads_per_block()));
+        if threads > u64::from(MAX_BLOCK_THREADS) {
+            return bad(format!("{threads} threads per block; a block holds at most {MAX_BLOCK_THREADS}"));
+        }
+        if blocks.saturating_mul(threads) > u64::from(MAX_THREADS) {
+            return bad(format!(
+                "{} threads; the emulator runs at most {MAX_THREADS} per rank (one host thread each): use a smaller \
+                 grid on the emulator",
+                blocks.saturating_mul(threads)
+            ));
+        }
+        if cfg.shared_bytes as usize > MAX_DYNAMIC_SHARED_BYTES {
+            return bad(format!(
+                "{} bytes of dynamic shared memory; a block has at most {MAX_DYNAMIC_SHARED_BYTES}",
+                cfg.shared_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queues the kernel on every rank's worker (or records it during capture).
+    pub fn launch(
+        &self,
+        team: &TeamShared,
+        kernel: &'static Kernel,
+        cfg: LaunchConfig,
+        packs: Vec<Arc<ParamPack>>,
+    ) -> Result<(), Error> {
+        EmuTeam::check(kernel, &cfg)?;
+        if let Some(recording) = self.recording.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            recording.push(Recorded { kernel, cfg, packs });
+            return Ok(());
+        }
+        for (rank, pack) in packs.into_iter().enumerate() {
+            let ctx = team.launch_ctx(rank);
+            let emulate = kernel.emulate;
+            let name = kernel.name;
+            let submitted = self.submit(
+                rank,
+                Box::new(move || {
+                    let pointers = Pointers(pack.pointers().into_iter().map(|p| p.cast_const()).collect());
+                    let body = || {
+                        // SAFETY: `Team::launch`'s contract: the pack holds exactly the kernel's parameters,
+                        // and the memory they address outlives the launch.
+                        unsafe { emulate(pointers.get()) }
+                    };
+                    match device_emu::launch(cfg.grid, cfg.block, cfg.shared_bytes as usize, ctx, &body) {
+                        // The panic is in the error buffer, like on the GPU; the guard reports it from there.
+                        Ok(()) | Err(EmuError::Trapped { .. }) => Ok(()),
+                        Err(e) => Err(format!("kernel `{name}`: {e}")),
+                    }
+                }),
+            );
+            if let Err(e) = submitted {
+                // Ranks already queued may use the memory: let them finish before the borrows end.
+                if rank > 0 {
+                    let _ = team.wait_idle(std::time::Instant::now());
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts recording launches instead of running them.
+    pub fn begin_recording(&self) {
+        *self.recording.lock().unwrap_or_else(PoisonError::into_inner) = Some(Vec::new());
+    }
+
+    /// Stops recording and returns what was recorded.
+    pub fn end_recording(&self) -> Vec<Recorded> {
+        self.recording.lock().unwrap_or_else(PoisonError::into_inner).take().unwrap_or_default()
+    }
+
+    /// Queues recorded launches again, in order.
+    pub fn replay(&self, team: &TeamShared, launches: &[Recorded]) -> Result<(), Error> {
+        launches.iter().try_for_each(|r| self.launch(team, r.kernel, r.cfg, r.packs.clone()))
+    }
+}
+
+fn alloc_zeroed(bytes: usize) -> Result<u64, Error> {
+    let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN)
+        .map_err(|_| Error::SizeOverflow { len: bytes, elem_bytes: 1 })?;
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        alloc::handle_alloc_error(layout);
+    }
+    Ok(ptr as usize as u64)
+}
+
+impl Drop for EmuTeam {
+    fn drop(&mut self) {
+        for rank in &mut self.ranks {
+            // Closing the channel ends the worker once its queue is empty.
+            rank.tx = None;
+            if let Some(thread) = rank.thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! [`SignalPadBuffer`]: the symmetric memory behind a kernel's `SignalPad` — `u64` signals plus the pad's
+//! epoch bookkeeping, registered by name so a timed-out wait is reported as `pad[index]`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ferrocomm_device::abi::{RawSym, SIGNAL_PAD_EPOCH_SLOTS};
+
+use super::SymBuffer;
+use crate::error::Error;
+use crate::team::{PadEntry, RankRef, Team, TeamShared};
+
+/// Symmetric signals: `signals` monotonic `u64` counters on every rank, and the epoch slots the device
+/// library keeps after them so a pad is reused across launches and graph replays without a reset.
+///
+/// ```
+/// # use ferrocomm::{SignalPadBuffer, Team};
+/// # fn main() -> Result<(), ferrocomm::Error> {
+/// let team = Team::emulated(2)?;
+/// let pad = SignalPadBuffer::new(&team, "ready", 2)?;
+/// assert_eq!(pad.read(0)?, [0, 0]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct SignalPadBuffer {
+    name: String,
+    id: u64,
+    signals: usize,
+    mem: SymBuffer<u64>,
+    team: Arc<TeamShared>,
+}
+
+impl SignalPadBuffer {
+    /// Allocates a pad of `signals` zeroed signals on every rank; `name` appears in timeout errors.
+    pub fn new(team: &Team, name: impl Into<String>, signals: usize) -> Result<Self, Error> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let total =
+            signals.checked_add(SIGNAL_PAD_EPOCH_SLOTS).ok_or(Error::SizeOverflow { len: signals, elem_bytes: 8 })?;
+        let mem = SymBuffer::<u64>::new(team, total)?;
+        let pad = SignalPadBuffer {
+            name: name.into(),
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            signals,
+            team: Arc::clone(&team.shared),
+            mem,
+        };
+        let ranges =
+            (0..team.world()).map(|r| Ok((r, pad.mem.address(r)?, signals * 8))).collect::<Result<_, Error>>()?;
+        lock(&pad.team).push(PadEntry { id: pad.id, name: pad.name.clone(), elem_bytes: 8, ranges });
+        Ok(pad)
+    }
+
+    /// The name timeouts report.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Signals per rank (the epoch slots not counted).
+    pub fn len(&self) -> usize {
+        self.signals
+    }
+
+    /// Whether the pad has no signals.
+    pub fn is_empty(&self) -> bool {
+        self.signals == 0
+    }
+
+    /// The current values of rank `rank`'s signals.
+    pub fn read(&self, rank: usize) -> Result<Vec<u64>, Error> {
+        let mut all = self.mem.to_host(rank)?;
+        all.truncate(self.signals);
+        Ok(all)
+    }
+
+    /// The epoch slots of rank `rank` (launch epoch, blocks finished), as the device library keeps them.
+    pub fn epoch_slots(&self, rank: usize) -> Result<[u64; SIGNAL_PAD_EPOCH_SLOTS], Error> {
+        let all = self.mem.to_host(rank)?;
+        let mut slots = [0; SIGNAL_PAD_EPOCH_SLOTS];
+        slots.copy_from_slice(&all[self.signals..]);
+        Ok(slots)
+    }
+
+    /// Zeroes every signal and epoch on every rank. Never needed between launches (signals are monotonic);
+    /// useful to start over after an error.
+    pub fn reset(&mut self) -> Result<(), Error> {
+        self.mem.fill(0)
+    }
+
+    /// The kernel ABI as rank `rank` sees it: `len` counts the signals and the epoch slots.
+    pub fn raw(&self, rank: usize) -> Result<RawSym<u64>, Error> {
+        self.mem.raw(rank)
+    }
+
+    /// The device address of signal `index` in rank `rank`'s copy.
+    pub fn signal_address(&self, rank: usize, index: usize) -> Result<u64, Error> {
+        if index >= self.signals {
+            return Err(Error::LengthMismatch { relation: "index < pad.len()", left: index, right: self.signals });
+        }
+        Ok(self.mem.address(rank)? + 8 * index as u64)
+    }
+
+    /// Checks the pad may be used by a launch on `rank`.
+    pub fn check_for(&self, rank: &RankRef<'_>) -> Result<(), Error> {
+        self.mem.check_for(rank)
+    }
+
+    /// The symmetric memory under the pad.
+    pub fn memory(&self) -> &SymBuffer<u64> {
+        &self.mem
+    }
+}
+
+fn lock(team: &TeamShared) -> std::sync::MutexGuard<'_, Vec<PadEntry>> {
+    team.pads.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Drop for SignalPadBuffer {
+    fn drop(&mut self) {
+        lock(&self.team).retain(|p| p.id != self.id);
+    }
+}

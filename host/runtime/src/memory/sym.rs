@@ -1,0 +1,255 @@
+//! [`SymBuffer`]: one allocation per rank, all the same size, plus each rank's device-resident table of
+//! every rank's base address as that rank addresses it.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::mem::size_of;
+use std::sync::Arc;
+
+use ferrocomm_device::abi::{RawSlice, RawSym};
+
+use super::{DeviceCopy, allocation_bytes};
+use crate::error::Error;
+use crate::team::{Device, RankRef, Team, TeamShared};
+
+/// A symmetric buffer: `len` elements of `T` on every rank of a team.
+///
+/// Kernels see it as `SymSlice<T>` (the local part and every peer's, through the peer table) or, for one
+/// rank's part only, as a slice. Host access takes `&mut self` to write and `&self` to read, so a buffer a
+/// running kernel writes cannot be touched from the host while its launch guard lives.
+///
+/// ```
+/// # use ferrocomm::{SymBuffer, Team};
+/// # fn main() -> Result<(), ferrocomm::Error> {
+/// let team = Team::emulated(2)?;
+/// let mut buf = SymBuffer::<u32>::new(&team, 4)?;
+/// buf.copy_from_host(1, &[1, 2, 3, 4])?;
+/// assert_eq!(buf.to_host(1)?, [1, 2, 3, 4]);
+/// assert_eq!(buf.to_host(0)?, [0; 4]); // fresh memory is zeroed
+/// # Ok(()) }
+/// ```
+pub struct SymBuffer<T: DeviceCopy> {
+    alloc: Arc<Allocation>,
+    len: usize,
+    _elem: PhantomData<T>,
+}
+
+/// The memory of a symmetric buffer: every rank's part and peer table. Shared with the graphs whose
+/// captured launches use it, so it is freed only when the buffer and every such graph are gone.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    team: Arc<TeamShared>,
+    bytes: usize,
+    /// Per rank: the base address of its part.
+    local: Vec<u64>,
+    /// Per rank: the address of its peer table (`world` device pointers).
+    tables: Vec<u64>,
+    table_bytes: usize,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // A leaked launch guard may still be running a kernel on this memory: wait for it first.
+        if let Err(e) = self.team.settle("SymBuffer::drop")
+            && !matches!(e, Error::Capturing { .. } | Error::Poisoned)
+        {
+            tracing::error!("before freeing a symmetric buffer: {e}");
+        }
+        for (rank, &addr) in self.local.iter().enumerate() {
+            self.team.free(rank, addr, self.bytes);
+        }
+        for (rank, &addr) in self.tables.iter().enumerate() {
+            self.team.free(rank, addr, self.table_bytes);
+        }
+    }
+}
+
+impl<T: DeviceCopy> SymBuffer<T> {
+    /// Allocates `len` zeroed elements on every rank. `len` may be zero.
+    pub fn new(team: &Team, len: usize) -> Result<Self, Error> {
+        let shared = &team.shared;
+        shared.settle("SymBuffer::new")?;
+        let world = shared.world;
+        let mut alloc = Allocation {
+            team: Arc::clone(shared),
+            bytes: allocation_bytes::<T>(len)?,
+            local: Vec::with_capacity(world),
+            tables: Vec::with_capacity(world),
+            table_bytes: allocation_bytes::<u64>(world)?,
+        };
+        // On an error below, dropping `alloc` frees what was allocated so far.
+        for rank in 0..world {
+            let addr = alloc.team.alloc(rank, alloc.bytes)?;
+            alloc.local.push(addr);
+        }
+        let table: Vec<u8> = alloc.local.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        for rank in 0..world {
+            let addr = alloc.team.alloc(rank, alloc.table_bytes)?;
+            alloc.tables.push(addr);
+            // With peer access enabled (or in the emulator's one address space) every rank addresses a
+            // peer's allocation by the address its owner got, so all tables hold the same values.
+            alloc.team.write(rank, addr, &table)?;
+        }
+        Ok(SymBuffer { alloc: Arc::new(alloc), len, _elem: PhantomData })
+    }
+
+    /// Allocates a buffer holding `data` on every rank.
+    pub fn from_host(team: &Team, data: &[T]) -> Result<Self, Error> {
+        let mut buf = SymBuffer::new(team, data.len())?;
+        for rank in 0..buf.world() {
+            buf.copy_from_host(rank, data)?;
+        }
+        Ok(buf)
+    }
+
+    /// Elements per rank.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether each rank's part is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Ranks the buffer spans.
+    pub fn world(&self) -> usize {
+        self.alloc.team.world
+    }
+
+    /// The id of the team that allocated it.
+    pub fn team_id(&self) -> u64 {
+        self.alloc.team.id
+    }
+
+    /// Where rank `rank`'s part lives.
+    pub fn device(&self, rank: usize) -> Result<Device, Error> {
+        self.alloc.team.check_rank(rank)?;
+        Ok(self.alloc.team.devices[rank])
+    }
+
+    /// The device address of rank `rank`'s part.
+    pub fn address(&self, rank: usize) -> Result<u64, Error> {
+        self.alloc.team.check_rank(rank)?;
+        Ok(self.alloc.local[rank])
+    }
+
+    /// Writes `data` (exactly [`len`](Self::len) elements) into rank `rank`'s part.
+    pub fn copy_from_host(&mut self, rank: usize, data: &[T]) -> Result<(), Error> {
+        self.alloc.team.check_rank(rank)?;
+        if data.len() != self.len {
+            return Err(Error::LengthMismatch {
+                relation: "data.len() == buffer.len()",
+                left: data.len(),
+                right: self.len,
+            });
+        }
+        self.alloc.team.settle("SymBuffer::copy_from_host")?;
+        self.alloc.team.write(rank, self.alloc.local[rank], as_bytes(data))
+    }
+
+    /// Reads rank `rank`'s part.
+    pub fn to_host(&self, rank: usize) -> Result<Vec<T>, Error> {
+        self.alloc.team.check_rank(rank)?;
+        self.alloc.team.settle("SymBuffer::to_host")?;
+        // SAFETY: `DeviceCopy` promises all-zero bytes are a valid `T`.
+        let mut out: Vec<T> = vec![unsafe { std::mem::zeroed() }; self.len];
+        // SAFETY: `out` is `len` initialised plain-data elements; any bytes written are a valid `T` (DeviceCopy).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of::<T>() * self.len) };
+        self.alloc.team.read(rank, self.alloc.local[rank], bytes)?;
+        Ok(out)
+    }
+
+    /// Sets every element on every rank to `value`.
+    pub fn fill(&mut self, value: T) -> Result<(), Error> {
+        for rank in 0..self.world() {
+            self.fill_rank(rank, value)?;
+        }
+        Ok(())
+    }
+
+    /// Sets every element of rank `rank`'s part to `value`.
+    pub fn fill_rank(&mut self, rank: usize, value: T) -> Result<(), Error> {
+        self.alloc.team.check_rank(rank)?;
+        self.alloc.team.settle("SymBuffer::fill")?;
+        let pattern = as_bytes(std::slice::from_ref(&value));
+        let total = size_of::<T>() * self.len;
+        if pattern.iter().all(|&b| b == pattern[0]) || total == 0 {
+            return self.alloc.team.memset(rank, self.alloc.local[rank], pattern.first().copied().unwrap_or(0), total);
+        }
+        const CHUNK_ELEMS: usize = 1 << 16;
+        let chunk = vec![value; self.len.min(CHUNK_ELEMS)];
+        let mut done = 0;
+        while done < self.len {
+            let n = (self.len - done).min(CHUNK_ELEMS);
+            let dst = self.alloc.local[rank] + (done * size_of::<T>()) as u64;
+            self.alloc.team.write(rank, dst, as_bytes(&chunk[..n]))?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads back rank `rank`'s device-resident peer table: the base address of every rank's part as
+    /// `rank` addresses it.
+    pub fn peer_table(&self, rank: usize) -> Result<Vec<u64>, Error> {
+        self.alloc.team.check_rank(rank)?;
+        self.alloc.team.settle("SymBuffer::peer_table")?;
+        let mut bytes = vec![0u8; self.world() * 8];
+        self.alloc.team.read(rank, self.alloc.tables[rank], &mut bytes)?;
+        Ok(bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
+    }
+
+    /// The kernel ABI of the whole symmetric buffer as rank `rank` sees it.
+    pub fn raw(&self, rank: usize) -> Result<RawSym<T>, Error> {
+        self.alloc.team.check_rank(rank)?;
+        self.alloc.team.pin_if_capturing(&self.alloc);
+        Ok(RawSym {
+            peers: self.alloc.tables[rank] as usize as *const *mut T,
+            local: self.alloc.local[rank] as usize as *mut T,
+            len: self.len,
+        })
+    }
+
+    /// The kernel ABI of rank `rank`'s part alone.
+    pub fn raw_slice(&self, rank: usize) -> Result<RawSlice<T>, Error> {
+        self.alloc.team.check_rank(rank)?;
+        self.alloc.team.pin_if_capturing(&self.alloc);
+        Ok(RawSlice { ptr: self.alloc.local[rank] as usize as *mut T, len: self.len })
+    }
+
+    /// Checks the buffer may be used by a launch on `rank`: same team, same device, same world.
+    pub fn check_for(&self, rank: &RankRef<'_>) -> Result<(), Error> {
+        check_owner(&self.alloc.team, rank)
+    }
+}
+
+/// Whether memory allocated by `owner` may be handed to a kernel running on `rank`.
+pub(crate) fn check_owner(owner: &TeamShared, rank: &RankRef<'_>) -> Result<(), Error> {
+    if owner.id == rank.team_id() {
+        return Ok(());
+    }
+    if owner.world != rank.world() {
+        return Err(Error::NotSymmetric { buffer_world: owner.world, team_world: rank.world() });
+    }
+    let buffer = owner.devices[rank.rank()];
+    if buffer != rank.device() {
+        return Err(Error::WrongDevice { rank: rank.rank(), buffer, team: rank.device() });
+    }
+    Err(Error::ForeignBuffer { buffer_team: owner.id, team: rank.team_id() })
+}
+
+pub(crate) fn as_bytes<T: DeviceCopy>(data: &[T]) -> &[u8] {
+    // SAFETY: `DeviceCopy` types are plain data without padding; the byte view covers exactly `data`.
+    unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) }
+}
+
+impl<T: DeviceCopy> fmt::Debug for SymBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SymBuffer")
+            .field("elem", &std::any::type_name::<T>())
+            .field("len", &self.len)
+            .field("world", &self.alloc.team.world)
+            .field("team", &self.alloc.team.id)
+            .finish()
+    }
+}

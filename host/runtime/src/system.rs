@@ -1,0 +1,305 @@
+//! What this machine has: the CUDA driver, its GPUs and how they are linked. This is the one place that
+//! asks whether a driver exists, so every caller gets [`Error::NoDriver`] / [`Error::NoGpu`] instead of a
+//! panic from the dynamic loader.
+
+use std::ffi::{CString, c_void};
+use std::fmt;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use cudarc::driver::{CudaContext, DriverError, result};
+
+use crate::error::{Error, cuda};
+use crate::team::Device;
+
+/// The oldest driver (as the CUDA version it supports, `major * 1000 + minor * 10`) ferrocomm calls into.
+pub const MIN_DRIVER_VERSION: i32 = 12_000;
+
+/// How two GPUs are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Link {
+    /// NVLink (peer access with native atomics over the link).
+    NvLink,
+    /// PCIe peer-to-peer (peer access, atomics not native).
+    Pcie,
+    /// No peer access at all.
+    None,
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Link::NvLink => "NVLink",
+            Link::Pcie => "PCIe",
+            Link::None => "none",
+        })
+    }
+}
+
+/// The CUDA driver as loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverInfo {
+    /// The CUDA version the driver supports, `major * 1000 + minor * 10` (`13000` is 13.0).
+    pub version: i32,
+    /// GPUs it sees.
+    pub gpu_count: usize,
+}
+
+impl DriverInfo {
+    /// `"13.0"`.
+    pub fn version_string(&self) -> String {
+        version_string(self.version)
+    }
+}
+
+fn version_string(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+/// The CUDA version this build's bindings target (cudarc's `cuda-13000` feature).
+pub const BINDINGS_VERSION: &str = "13.0";
+
+/// One GPU as the driver describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuInfo {
+    /// The driver's ordinal.
+    pub ordinal: usize,
+    /// Marketing name (`NVIDIA H200`).
+    pub name: String,
+    /// Compute capability as `major * 10 + minor` (`90` is `sm_90`).
+    pub compute_capability: u32,
+    /// Device memory in bytes.
+    pub memory_bytes: usize,
+    /// Streaming multiprocessors.
+    pub multiprocessors: u32,
+    /// PCI address, `domain:bus:device.0`.
+    pub pci_bus_id: String,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum InitFailure {
+    NoDriver,
+    NoGpu,
+    TooOld(i32),
+    Cuda(&'static str, DriverError),
+}
+
+/// Loads and initialises the driver once per process.
+pub fn driver() -> Result<DriverInfo, Error> {
+    static INIT: OnceLock<Result<DriverInfo, InitFailure>> = OnceLock::new();
+    INIT.get_or_init(init).map_err(|failure| match failure {
+        InitFailure::NoDriver => Error::NoDriver,
+        InitFailure::NoGpu => Error::NoGpu,
+        InitFailure::TooOld(v) => {
+            Error::DriverTooOld { found: version_string(v), needed: version_string(MIN_DRIVER_VERSION) }
+        }
+        InitFailure::Cuda(call, source) => Error::Cuda { call, device: None, source },
+    })
+}
+
+fn init() -> Result<DriverInfo, InitFailure> {
+    // SAFETY: only tries to dlopen the driver library by its usual names; loads no symbol.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(InitFailure::NoDriver);
+    }
+    let mut version = 0;
+    // SAFETY: cuDriverGetVersion writes one int and needs no cuInit; the symbol exists in every driver.
+    match unsafe { sys::cuDriverGetVersion(&mut version) } {
+        CUresult::CUDA_SUCCESS => {}
+        CUresult::CUDA_ERROR_STUB_LIBRARY => return Err(InitFailure::NoDriver),
+        other => return Err(InitFailure::Cuda("cuDriverGetVersion", DriverError(other))),
+    }
+    // Checked before any newer symbol is resolved: the loader panics on a missing one.
+    if version < MIN_DRIVER_VERSION {
+        return Err(InitFailure::TooOld(version));
+    }
+    match result::init() {
+        Ok(()) => {}
+        Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => return Err(InitFailure::NoGpu),
+        Err(DriverError(CUresult::CUDA_ERROR_STUB_LIBRARY)) => return Err(InitFailure::NoDriver),
+        Err(e) => return Err(InitFailure::Cuda("cuInit", e)),
+    }
+    let count = result::device::get_count().map_err(|e| InitFailure::Cuda("cuDeviceGetCount", e))?;
+    if count <= 0 {
+        return Err(InitFailure::NoGpu);
+    }
+    Ok(DriverInfo { version, gpu_count: count as usize })
+}
+
+/// Whether a driver and at least one GPU are usable (what `FERROCOMM_BACKEND=auto` asks).
+pub fn gpus_available() -> bool {
+    driver().is_ok()
+}
+
+pub(crate) fn cu_device(ordinal: usize) -> Result<sys::CUdevice, Error> {
+    let info = driver()?;
+    if ordinal >= info.gpu_count {
+        return Err(Error::NoSuchGpu { ordinal, count: info.gpu_count });
+    }
+    result::device::get(ordinal as i32).map_err(cuda("cuDeviceGet", Some(Device::Cuda { ordinal })))
+}
+
+pub(crate) fn attribute(ordinal: usize, attr: CUdevice_attribute) -> Result<i32, Error> {
+    let dev = cu_device(ordinal)?;
+    // SAFETY: `dev` is a valid device handle of an initialised driver.
+    unsafe { result::device::get_attribute(dev, attr) }
+        .map_err(cuda("cuDeviceGetAttribute", Some(Device::Cuda { ordinal })))
+}
+
+/// The compute capability of GPU `ordinal`, `major * 10 + minor`.
+pub fn compute_capability(ordinal: usize) -> Result<u32, Error> {
+    let major = attribute(ordinal, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attribute(ordinal, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    Ok((major * 10 + minor) as u32)
+}
+
+/// Describes GPU `ordinal`.
+pub fn gpu(ordinal: usize) -> Result<GpuInfo, Error> {
+    let dev = cu_device(ordinal)?;
+    let on = Some(Device::Cuda { ordinal });
+    let name = result::device::get_name(dev).map_err(cuda("cuDeviceGetName", on))?;
+    // SAFETY: `dev` is a valid device handle of an initialised driver.
+    let memory_bytes = unsafe { result::device::total_mem(dev) }.map_err(cuda("cuDeviceTotalMem", on))?;
+    let attr = |a| attribute(ordinal, a);
+    let pci_bus_id = format!(
+        "{:04x}:{:02x}:{:02x}.0",
+        attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+        attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+        attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+    );
+    Ok(GpuInfo {
+        ordinal,
+        name,
+        compute_capability: compute_capability(ordinal)?,
+        memory_bytes,
+        multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        pci_bus_id,
+    })
+}
+
+/// Describes every GPU the driver sees.
+pub fn gpus() -> Result<Vec<GpuInfo>, Error> {
+    (0..driver()?.gpu_count).map(gpu).collect()
+}
+
+/// How GPU `a` reaches GPU `b`'s memory. NVLink is inferred from native peer atomics, which PCIe
+/// peer-to-peer does not offer; the driver API has no direct "is NVLink" query.
+pub fn link(a: usize, b: usize) -> Result<Link, Error> {
+    let (da, db) = (cu_device(a)?, cu_device(b)?);
+    let on = Some(Device::Cuda { ordinal: a });
+    if a == b {
+        return Ok(Link::NvLink);
+    }
+    let mut can = 0;
+    // SAFETY: both handles are valid devices; the call writes one int.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, da, db) }.result().map_err(cuda("cuDeviceCanAccessPeer", on))?;
+    if can == 0 {
+        return Ok(Link::None);
+    }
+    let mut atomics = 0;
+    // SAFETY: as above.
+    unsafe {
+        sys::cuDeviceGetP2PAttribute(
+            &mut atomics,
+            sys::CUdevice_P2PAttribute::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+            da,
+            db,
+        )
+    }
+    .result()
+    .map_err(cuda("cuDeviceGetP2PAttribute", on))?;
+    Ok(if atomics != 0 { Link::NvLink } else { Link::Pcie })
+}
+
+/// A tiny hand-written kernel: `out[i] = 3 * i + 7` for `i < n`.
+pub const SMOKE_PTX: &str = r#"
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry ferrocomm_smoke(
+    .param .u64 out,
+    .param .u32 n
+)
+{
+    .reg .pred %p;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<4>;
+
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r1, [n];
+    mov.u32 %r2, %tid.x;
+    mov.u32 %r3, %ctaid.x;
+    mov.u32 %r4, %ntid.x;
+    mad.lo.s32 %r2, %r3, %r4, %r2;
+    setp.ge.u32 %p, %r2, %r1;
+    @%p bra DONE;
+    cvta.to.global.u64 %rd1, %rd1;
+    mul.wide.u32 %rd2, %r2, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    mad.lo.s32 %r5, %r2, 3, 7;
+    st.global.u32 [%rd3], %r5;
+DONE:
+    ret;
+}
+"#;
+
+/// Loads [`SMOKE_PTX`] on GPU `ordinal` (the driver JIT-compiles it), runs it and checks its output.
+/// Returns how long load + run took.
+pub fn jit_smoke_test(ordinal: usize) -> Result<Duration, Error> {
+    const N: u32 = 1000;
+    let device = Device::Cuda { ordinal };
+    let on = Some(device);
+    cu_device(ordinal)?;
+    let start = Instant::now();
+    let ctx = CudaContext::new(ordinal).map_err(cuda("cuDevicePrimaryCtxRetain", on))?;
+    ctx.bind_to_thread().map_err(cuda("cuCtxSetCurrent", on))?;
+    let image = CString::new(SMOKE_PTX).expect("the embedded PTX has no NUL byte");
+    // SAFETY: `image` is a NUL-terminated PTX string; the primary context is current.
+    let module = unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(|source| Error::PtxLoad {
+        module: "ferrocomm_smoke",
+        cc: 80,
+        device,
+        source,
+    })?;
+    let outcome = run_smoke(module, N, on);
+    // SAFETY: the module was loaded above and nothing of it is in use once `run_smoke` synchronised.
+    let unloaded = unsafe { result::module::unload(module) }.map_err(cuda("cuModuleUnload", on));
+    let out = outcome?;
+    unloaded?;
+    if let Some((index, &got)) = out.iter().enumerate().find(|&(i, &v)| v != 3 * i as u32 + 7) {
+        return Err(Error::JitSmokeTest { device, index, got, expected: 3 * index as u32 + 7 });
+    }
+    Ok(start.elapsed())
+}
+
+fn run_smoke(module: sys::CUmodule, n: u32, on: Option<Device>) -> Result<Vec<u32>, Error> {
+    let name = CString::new("ferrocomm_smoke").expect("no NUL");
+    // SAFETY: `module` is loaded in the current context.
+    let func = unsafe { result::module::get_function(module, name) }.map_err(cuda("cuModuleGetFunction", on))?;
+    let bytes = n as usize * 4;
+    // SAFETY: plain allocation in the current context, freed below.
+    let buf = unsafe { result::malloc_sync(bytes) }.map_err(cuda("cuMemAlloc", on))?;
+    let run = || -> Result<Vec<u32>, Error> {
+        let mut out_ptr = buf;
+        let mut n_arg = n;
+        let mut params = [(&raw mut out_ptr).cast::<c_void>(), (&raw mut n_arg).cast::<c_void>()];
+        // SAFETY: the parameter array matches the kernel's (.u64, .u32) signature; `buf` holds `n` u32s.
+        unsafe {
+            result::launch_kernel(func, (n.div_ceil(128), 1, 1), (128, 1, 1), 0, std::ptr::null_mut(), &mut params)
+        }
+        .map_err(cuda("cuLaunchKernel", on))?;
+        result::ctx::synchronize().map_err(cuda("cuCtxSynchronize", on))?;
+        let mut out = vec![0u32; n as usize];
+        // SAFETY: `buf` holds `bytes` bytes and the kernel has finished.
+        unsafe { result::memcpy_dtoh_sync(&mut out, buf) }.map_err(cuda("cuMemcpyDtoH", on))?;
+        Ok(out)
+    };
+    let out = run();
+    // SAFETY: allocated above; the context was synchronised (or the launch failed).
+    let freed = unsafe { result::free_sync(buf) }.map_err(cuda("cuMemFree", on));
+    let out = out?;
+    freed?;
+    Ok(out)
+}

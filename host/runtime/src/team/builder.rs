@@ -1,0 +1,399 @@
+//! Choosing a team: backend (explicit, `FERROCOMM_BACKEND`, or auto), GPUs, ranks per GPU, timeout.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::shared::{Exec, TeamShared};
+use super::{Backend, Device, Team};
+use crate::cuda::CudaTeam;
+use crate::emu::EmuTeam;
+use crate::error::Error;
+use crate::system;
+
+/// Chooses the backend: `cuda`, `emulator` or `auto` (the default).
+pub const BACKEND_ENV: &str = "FERROCOMM_BACKEND";
+/// The device wait timeout in milliseconds, when the builder sets none.
+pub const TIMEOUT_ENV: &str = "FERROCOMM_TIMEOUT_MS";
+/// The number of ranks, when the builder sets none (on GPUs: spread over them, several per GPU if needed).
+pub const WORLD_ENV: &str = "FERROCOMM_WORLD";
+/// The device wait timeout when neither the builder nor the environment sets one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
+/// Ranks of an emulated team when nothing says otherwise.
+pub const DEFAULT_WORLD: usize = 2;
+
+/// Describes a team; [`TeamBuilder::build`] makes it. Builder settings win over the environment.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use ferrocomm::{Backend, Team};
+/// # fn main() -> Result<(), ferrocomm::Error> {
+/// // Two ranks: one per GPU on a two-GPU machine, both on GPU 0 of a one-GPU machine.
+/// let team = Team::builder().backend(Backend::Cuda).world(2).timeout(Duration::from_millis(500)).build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct TeamBuilder {
+    backend: Option<Backend>,
+    devices: Option<Vec<usize>>,
+    world: Option<usize>,
+    ranks_per_gpu: Option<usize>,
+    timeout: Option<Duration>,
+}
+
+/// What a builder resolved to, before anything is created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub backend: Backend,
+    /// The device of each rank (ranks sharing a GPU are consecutive).
+    pub devices: Vec<Device>,
+    /// CUDA: the distinct GPU ordinals in use. Emulator: `0..gpus`.
+    pub gpus: Vec<usize>,
+    pub timeout: Duration,
+    /// Why this backend (for the log).
+    pub why: String,
+}
+
+impl TeamBuilder {
+    /// A builder with nothing chosen: everything comes from the environment or the defaults.
+    pub fn new() -> Self {
+        TeamBuilder::default()
+    }
+
+    /// Runs on this backend instead of what `FERROCOMM_BACKEND` (or auto-detection) picks.
+    pub fn backend(mut self, backend: Backend) -> Self {
+        self.backend = Some(backend);
+        self
+    }
+
+    /// Uses these GPUs (driver ordinals), in this order. On the emulator only their number counts.
+    pub fn devices(mut self, ordinals: impl IntoIterator<Item = usize>) -> Self {
+        self.devices = Some(ordinals.into_iter().collect());
+        self
+    }
+
+    /// Uses every GPU the driver sees (the default).
+    pub fn all_devices(mut self) -> Self {
+        self.devices = None;
+        self
+    }
+
+    /// The number of ranks. Without [`TeamBuilder::ranks_per_gpu`]: the first `world` GPUs, or, when
+    /// there are fewer GPUs, `world / gpus` ranks on each (which must divide evenly).
+    pub fn world(mut self, world: usize) -> Self {
+        self.world = Some(world);
+        self
+    }
+
+    /// Puts `n` ranks on each GPU; each has its own memory, stream and module instance, and the kernels
+    /// of all of them must be co-resident (checked at launch for kernels that wait).
+    pub fn ranks_per_gpu(mut self, n: usize) -> Self {
+        self.ranks_per_gpu = Some(n);
+        self
+    }
+
+    /// How long a device wait spins before it records a timeout and ends its kernel (default 2 s, or
+    /// `FERROCOMM_TIMEOUT_MS`). The host gives up on a stream after this plus one second.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Creates the team: contexts, peer access for every pair of GPUs, streams, error buffers.
+    pub fn build(self) -> Result<Team, Error> {
+        let plan = self.plan(|var| std::env::var(var).ok(), || system::driver().map(|d| d.gpu_count))?;
+        tracing::info!(
+            backend = %plan.backend,
+            world = plan.devices.len(),
+            timeout_ms = plan.timeout.as_millis() as u64,
+            "ferrocomm team on {}: {}",
+            plan.backend,
+            plan.why
+        );
+        create(plan)
+    }
+
+    /// Resolves the builder against an environment and a GPU probe (both injected so tests need neither).
+    pub(crate) fn plan(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+        probe: impl Fn() -> Result<usize, Error>,
+    ) -> Result<Plan, Error> {
+        let (backend, why, gpu_count) = match self.backend.map(Ok).or_else(|| backend_from_env(&env).transpose()) {
+            Some(Ok(Backend::Cuda)) => (Backend::Cuda, "requested".to_owned(), Some(probe()?)),
+            Some(Ok(Backend::Emulator)) => (Backend::Emulator, "requested".to_owned(), None),
+            Some(Err(e)) => return Err(e),
+            None => match probe() {
+                Ok(n) => (Backend::Cuda, format!("auto: the driver sees {n} GPU(s)"), Some(n)),
+                Err(e) => (Backend::Emulator, format!("auto: no GPU to use ({e})"), None),
+            },
+        };
+        let timeout = match self.timeout {
+            Some(t) => t,
+            None => match env(TIMEOUT_ENV).filter(|v| !v.trim().is_empty()) {
+                Some(v) => v.trim().parse::<u64>().map(Duration::from_millis).map_err(|_| Error::BadEnv {
+                    var: TIMEOUT_ENV,
+                    value: v.clone(),
+                    expected: "a whole number of milliseconds, e.g. 2000",
+                })?,
+                None => DEFAULT_TIMEOUT,
+            },
+        };
+        if timeout.is_zero() {
+            return Err(Error::TeamConfig { reason: "the timeout must be longer than zero".into() });
+        }
+        let world = match self.world {
+            Some(w) => Some(w),
+            None => match env(WORLD_ENV).filter(|v| !v.trim().is_empty()) {
+                Some(v) => Some(v.trim().parse::<usize>().map_err(|_| Error::BadEnv {
+                    var: WORLD_ENV,
+                    value: v.clone(),
+                    expected: "a number of ranks, e.g. 2",
+                })?),
+                None => None,
+            },
+        };
+        let ordinals: Option<Vec<usize>> = match (backend, &self.devices, gpu_count) {
+            (Backend::Cuda, Some(list), Some(count)) => {
+                if let Some(&ordinal) = list.iter().find(|&&o| o >= count) {
+                    return Err(Error::NoSuchGpu { ordinal, count });
+                }
+                Some(list.clone())
+            }
+            (Backend::Cuda, None, Some(count)) => Some((0..count).collect()),
+            (_, list, _) => list.as_ref().map(|l| (0..l.len()).collect()),
+        };
+        if let Some(list) = &ordinals {
+            let mut sorted = list.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if sorted.len() != list.len() {
+                return Err(Error::TeamConfig {
+                    reason: format!(
+                        "GPU list {list:?} names a GPU twice; use ranks_per_gpu to put several ranks on one GPU"
+                    ),
+                });
+            }
+            if list.is_empty() {
+                return Err(Error::TeamConfig { reason: "the GPU list is empty; name at least one GPU".into() });
+            }
+        }
+        let (gpus, per_gpu) = layout(ordinals, world, self.ranks_per_gpu)?;
+        let devices = (0..gpus.len() * per_gpu)
+            .map(|rank| {
+                let gpu = rank / per_gpu;
+                match backend {
+                    Backend::Cuda => Device::Cuda { ordinal: gpus[gpu] },
+                    Backend::Emulator => Device::Emulated { gpu },
+                }
+            })
+            .collect();
+        Ok(Plan { backend, devices, gpus, timeout, why })
+    }
+}
+
+fn backend_from_env(env: &impl Fn(&str) -> Option<String>) -> Result<Option<Backend>, Error> {
+    let Some(value) = env(BACKEND_ENV) else { return Ok(None) };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" => Ok(None),
+        "cuda" | "gpu" => Ok(Some(Backend::Cuda)),
+        "emulator" | "emu" | "cpu" => Ok(Some(Backend::Emulator)),
+        _ => Err(Error::BadEnv { var: BACKEND_ENV, value, expected: "cuda, emulator or auto" }),
+    }
+}
+
+/// Picks the GPUs and ranks per GPU: `(gpus used, ranks per gpu)`.
+fn layout(
+    ordinals: Option<Vec<usize>>,
+    world: Option<usize>,
+    per_gpu: Option<usize>,
+) -> Result<(Vec<usize>, usize), Error> {
+    let bad = |reason: String| Err(Error::TeamConfig { reason });
+    if world == Some(0) {
+        return bad("a team needs at least one rank; set world to 1 or more".into());
+    }
+    if per_gpu == Some(0) {
+        return bad("ranks_per_gpu must be at least 1".into());
+    }
+    let (gpus, k) = match (ordinals, world, per_gpu) {
+        // Emulator with nothing but (maybe) a world: one emulated GPU per rank unless told otherwise.
+        (None, world, per_gpu) => {
+            let k = per_gpu.unwrap_or(1);
+            let world = world.unwrap_or(DEFAULT_WORLD * k);
+            if world % k != 0 {
+                return bad(format!("world {world} is not a multiple of ranks_per_gpu {k}"));
+            }
+            ((0..world / k).collect(), k)
+        }
+        (Some(list), None, per_gpu) => (list, per_gpu.unwrap_or(1)),
+        (Some(list), Some(world), Some(k)) => {
+            if world % k != 0 || world / k > list.len() {
+                return bad(format!(
+                    "world {world} with {k} rank(s) per GPU needs {} GPU(s); {} are available",
+                    world.div_ceil(k),
+                    list.len()
+                ));
+            }
+            (list[..world / k].to_vec(), k)
+        }
+        (Some(list), Some(world), None) => {
+            if world <= list.len() {
+                (list[..world].to_vec(), 1)
+            } else if world % list.len() == 0 {
+                let k = world / list.len();
+                (list, k)
+            } else {
+                return bad(format!(
+                    "world {world} cannot be spread evenly over {} GPU(s); choose a multiple of the GPU count or set \
+                     ranks_per_gpu",
+                    list.len()
+                ));
+            }
+        }
+    };
+    if gpus.len() * k > u32::MAX as usize {
+        return bad("more ranks than a u32 can count".into());
+    }
+    Ok((gpus, k))
+}
+
+static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
+
+fn create(plan: Plan) -> Result<Team, Error> {
+    let world = plan.devices.len();
+    let exec = match plan.backend {
+        Backend::Cuda => {
+            let rank_gpu: Vec<usize> = plan
+                .devices
+                .iter()
+                .map(|d| match d {
+                    Device::Cuda { ordinal } => plan.gpus.iter().position(|o| o == ordinal).unwrap_or(0),
+                    Device::Emulated { gpu } => *gpu,
+                })
+                .collect();
+            Exec::Cuda(CudaTeam::new(&plan.gpus, &rank_gpu)?)
+        }
+        Backend::Emulator => Exec::Emu(EmuTeam::new(world)?),
+    };
+    let mut shared = TeamShared {
+        id: NEXT_TEAM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        backend: plan.backend,
+        world,
+        timeout: plan.timeout,
+        devices: plan.devices,
+        error_buffers: Vec::with_capacity(world),
+        poisoned: AtomicBool::new(false),
+        capturing: AtomicBool::new(false),
+        in_flight: AtomicUsize::new(0),
+        captured_launches: AtomicUsize::new(0),
+        launch_lock: Mutex::new(()),
+        capture_pins: Mutex::new(Vec::new()),
+        pads: Mutex::new(Vec::new()),
+        exec: ManuallyDrop::new(exec),
+    };
+    for rank in 0..world {
+        let slot = match &*shared.exec {
+            Exec::Cuda(c) => c.alloc_error_buffer(rank)?,
+            Exec::Emu(_) => EmuTeam::alloc_error_buffer()?,
+        };
+        shared.error_buffers.push(slot);
+    }
+    Ok(Team { shared: Arc::new(shared) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |var| pairs.iter().find(|(k, _)| *k == var).map(|(_, v)| (*v).to_owned())
+    }
+
+    fn no_gpu() -> Result<usize, Error> {
+        Err(Error::NoDriver)
+    }
+
+    #[test]
+    fn auto_falls_back_to_the_emulator_and_says_why() {
+        let plan = TeamBuilder::new().plan(env_of(&[]), no_gpu).unwrap();
+        assert_eq!(plan.backend, Backend::Emulator);
+        assert_eq!(plan.devices.len(), DEFAULT_WORLD);
+        assert!(plan.why.contains("no CUDA driver"), "{}", plan.why);
+        assert_eq!(plan.timeout, DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn auto_picks_every_gpu_when_there_are_some() {
+        let plan = TeamBuilder::new().plan(env_of(&[]), || Ok(4)).unwrap();
+        assert_eq!(plan.backend, Backend::Cuda);
+        assert_eq!(plan.gpus, vec![0, 1, 2, 3]);
+        assert_eq!(plan.devices[3], Device::Cuda { ordinal: 3 });
+    }
+
+    #[test]
+    fn environment_chooses_backend_timeout_and_world() {
+        let env = env_of(&[(BACKEND_ENV, "Emulator"), (TIMEOUT_ENV, "150"), (WORLD_ENV, "4")]);
+        let plan = TeamBuilder::new().plan(env, || Ok(8)).unwrap();
+        assert_eq!(plan.backend, Backend::Emulator);
+        assert_eq!(plan.timeout, Duration::from_millis(150));
+        assert_eq!(plan.devices.len(), 4);
+        // The builder wins over the environment.
+        let env = env_of(&[(BACKEND_ENV, "cuda"), (TIMEOUT_ENV, "150")]);
+        let plan = TeamBuilder::new().backend(Backend::Emulator).timeout(Duration::from_secs(9)).plan(env, no_gpu);
+        assert_eq!(plan.unwrap().timeout, Duration::from_secs(9));
+    }
+
+    #[test]
+    fn bad_environment_values_name_the_variable() {
+        let e = TeamBuilder::new().plan(env_of(&[(BACKEND_ENV, "tpu")]), no_gpu).unwrap_err();
+        assert!(e.to_string().contains("FERROCOMM_BACKEND=\"tpu\""), "{e}");
+        let e = TeamBuilder::new().plan(env_of(&[(TIMEOUT_ENV, "2s")]), no_gpu).unwrap_err();
+        assert!(e.to_string().contains("milliseconds"), "{e}");
+        let e = TeamBuilder::new().plan(env_of(&[(TIMEOUT_ENV, "0")]), no_gpu).unwrap_err();
+        assert!(e.to_string().contains("longer than zero"), "{e}");
+    }
+
+    #[test]
+    fn cuda_requested_without_a_driver_is_an_error() {
+        let e = TeamBuilder::new().backend(Backend::Cuda).plan(env_of(&[]), no_gpu).unwrap_err();
+        assert!(matches!(e, Error::NoDriver), "{e}");
+    }
+
+    #[test]
+    fn ranks_spread_over_gpus() {
+        let b = || TeamBuilder::new().backend(Backend::Cuda);
+        // Two ranks on a one-GPU machine share GPU 0.
+        let plan = b().world(2).plan(env_of(&[]), || Ok(1)).unwrap();
+        assert_eq!(plan.devices, vec![Device::Cuda { ordinal: 0 }; 2]);
+        // Two ranks on a four-GPU machine take the first two.
+        let plan = b().world(2).plan(env_of(&[]), || Ok(4)).unwrap();
+        assert_eq!(plan.gpus, vec![0, 1]);
+        // Chosen GPUs, two ranks each, consecutive ranks on one GPU.
+        let plan = b().devices([3, 1]).ranks_per_gpu(2).plan(env_of(&[]), || Ok(4)).unwrap();
+        let ordinals: Vec<_> = plan.devices.iter().map(|d| d.to_string()).collect();
+        assert_eq!(ordinals, ["GPU 3", "GPU 3", "GPU 1", "GPU 1"]);
+    }
+
+    #[test]
+    fn impossible_layouts_are_explained() {
+        let b = || TeamBuilder::new().backend(Backend::Cuda);
+        let msg = |r: Result<Plan, Error>| r.unwrap_err().to_string();
+        assert!(msg(b().world(3).plan(env_of(&[]), || Ok(2))).contains("spread evenly"));
+        assert!(msg(b().devices([0, 0]).plan(env_of(&[]), || Ok(2))).contains("twice"));
+        assert!(msg(b().devices([5]).plan(env_of(&[]), || Ok(2))).contains("GPU 5 was requested"));
+        assert!(msg(b().world(0).plan(env_of(&[]), || Ok(2))).contains("at least one rank"));
+        assert!(msg(b().world(6).ranks_per_gpu(2).plan(env_of(&[]), || Ok(2))).contains("needs 3 GPU(s)"));
+        let emu = TeamBuilder::new().backend(Backend::Emulator);
+        assert!(msg(emu.world(3).ranks_per_gpu(2).plan(env_of(&[]), no_gpu)).contains("not a multiple"));
+    }
+
+    #[test]
+    fn emulated_ranks_can_share_an_emulated_gpu() {
+        let plan =
+            TeamBuilder::new().backend(Backend::Emulator).world(4).ranks_per_gpu(2).plan(env_of(&[]), no_gpu).unwrap();
+        assert_eq!(plan.devices[1], Device::Emulated { gpu: 0 });
+        assert_eq!(plan.devices[2], Device::Emulated { gpu: 1 });
+    }
+}

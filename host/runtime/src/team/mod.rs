@@ -1,0 +1,185 @@
+//! Teams: the ranks of one process, each a GPU (or a share of one) with its own stream, memory and module
+//! instances. Choosing one: [`TeamBuilder`]. Peer access is enabled in `cuda/peer.rs`; ranks run in the
+//! `cuda` and `emu` backends.
+
+mod builder;
+mod shared;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use builder::{BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, TIMEOUT_ENV, TeamBuilder, WORLD_ENV};
+pub(crate) use shared::{ErrorSlot, Exec, PadEntry, TeamShared};
+
+use crate::error::Error;
+
+/// Where a team's kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// NVIDIA GPUs through the CUDA driver.
+    Cuda,
+    /// The CPU emulator: every GPU thread is a host thread, every rank has its own host memory.
+    Emulator,
+}
+
+impl Backend {
+    /// `"cuda"` or `"emulator"`, as `FERROCOMM_BACKEND` spells them.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Emulator => "emulator",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The device a rank runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Device {
+    /// A CUDA GPU, by driver ordinal.
+    Cuda {
+        /// The driver's ordinal.
+        ordinal: usize,
+    },
+    /// One of the emulator's GPUs.
+    Emulated {
+        /// Its index in the team's emulated GPUs.
+        gpu: usize,
+    },
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cuda { ordinal } => write!(f, "GPU {ordinal}"),
+            Device::Emulated { gpu } => write!(f, "emulated GPU {gpu}"),
+        }
+    }
+}
+
+/// The ranks of this process that run one kernel together.
+///
+/// ```no_run
+/// use ferrocomm::{Team, SymBuffer};
+/// # fn main() -> Result<(), ferrocomm::Error> {
+/// let team = Team::from_env()?; // every GPU, or the emulator when there is none
+/// let mut buf = SymBuffer::<f32>::new(&team, 1024)?;
+/// buf.fill(1.0)?;
+/// assert_eq!(buf.to_host(team.world() - 1)?[0], 1.0);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Team {
+    pub(crate) shared: Arc<TeamShared>,
+}
+
+impl Team {
+    /// A builder: choose the backend, GPUs, ranks per GPU and timeout.
+    pub fn builder() -> TeamBuilder {
+        TeamBuilder::new()
+    }
+
+    /// The team the environment asks for: `FERROCOMM_BACKEND=cuda|emulator|auto` (default `auto`: every GPU
+    /// when a driver and a GPU exist, else the emulator with `FERROCOMM_WORLD` ranks, default 2), and
+    /// `FERROCOMM_TIMEOUT_MS`. The choice is logged (`tracing`, info) and [`Team::backend`] tells it.
+    pub fn from_env() -> Result<Team, Error> {
+        TeamBuilder::new().build()
+    }
+
+    /// An emulated team of `world` ranks, each its own emulated GPU.
+    pub fn emulated(world: usize) -> Result<Team, Error> {
+        TeamBuilder::new().backend(Backend::Emulator).world(world).build()
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.shared.world
+    }
+
+    /// Where the kernels run.
+    pub fn backend(&self) -> Backend {
+        self.shared.backend
+    }
+
+    /// How long a device wait may spin before it records a timeout.
+    pub fn timeout(&self) -> Duration {
+        self.shared.timeout
+    }
+
+    /// A process-unique number for this team (buffers remember it).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The device rank `rank` runs on.
+    pub fn device(&self, rank: usize) -> Result<Device, Error> {
+        Ok(self.rank(rank)?.device())
+    }
+
+    /// One rank, as launch parameters see it.
+    pub fn rank(&self, rank: usize) -> Result<RankRef<'_>, Error> {
+        self.shared.check_rank(rank)?;
+        Ok(RankRef { team: &self.shared, rank })
+    }
+
+    /// Every rank in order.
+    pub fn ranks(&self) -> impl ExactSizeIterator<Item = RankRef<'_>> {
+        (0..self.world()).map(|rank| RankRef { team: &self.shared, rank })
+    }
+
+    /// Waits until every rank's stream is idle and reads every rank's device error buffer.
+    pub fn synchronize(&self) -> Result<(), Error> {
+        self.shared.refuse_while_capturing("Team::synchronize")?;
+        self.shared.wait_idle(std::time::Instant::now())?;
+        self.shared.take_device_errors()
+    }
+}
+
+impl Drop for Team {
+    fn drop(&mut self) {
+        // Guards and graphs borrow the team, so nothing of ours is pending unless a guard was leaked.
+        if let Err(e) = self.shared.settle("Team::drop") {
+            tracing::error!("dropping a team: {e}");
+        }
+    }
+}
+
+/// One rank of a team, as a kernel parameter is lowered for it.
+#[derive(Debug, Clone, Copy)]
+pub struct RankRef<'a> {
+    pub(crate) team: &'a TeamShared,
+    pub(crate) rank: usize,
+}
+
+impl RankRef<'_> {
+    /// This rank's index.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Ranks in the team.
+    pub fn world(&self) -> usize {
+        self.team.world
+    }
+
+    /// The device this rank runs on.
+    pub fn device(&self) -> Device {
+        self.team.devices[self.rank]
+    }
+
+    /// The team's id ([`Team::id`]).
+    pub fn team_id(&self) -> u64 {
+        self.team.id
+    }
+
+    /// The team's backend.
+    pub fn backend(&self) -> Backend {
+        self.team.backend
+    }
+}

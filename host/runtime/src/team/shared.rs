@@ -1,0 +1,315 @@
+//! The state a team shares with its buffers and guards: the backend, the per-rank error buffers, the host
+//! watchdog, and the registry that turns a signal address back into a pad name.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ferrocomm_device::abi::{ErrorBuffer, ErrorKind, ErrorRecord, LaunchCtx};
+
+use super::{Backend, Device};
+use crate::cuda::CudaTeam;
+use crate::emu::EmuTeam;
+use crate::error::{Cmp, DeviceError, DeviceErrors, Error, Location, SignalRef};
+use crate::memory::Allocation;
+
+/// Slack the host watchdog gives a launch beyond the device timeout before it declares the stream stuck.
+pub(crate) const HOST_GRACE: Duration = Duration::from_secs(1);
+
+/// The backend-specific half of a team.
+#[derive(Debug)]
+pub(crate) enum Exec {
+    Cuda(CudaTeam),
+    Emu(EmuTeam),
+}
+
+/// A rank's error buffer: host memory, and the address kernels write it at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ErrorSlot {
+    pub host: *mut ErrorBuffer,
+    pub device: u64,
+}
+
+// SAFETY: the buffer is plain memory owned by the team; the host reads and clears it only while no kernel
+// of the team runs (after `wait_idle`).
+unsafe impl Send for ErrorSlot {}
+// SAFETY: as above.
+unsafe impl Sync for ErrorSlot {}
+
+/// A signal pad's ranges, so a timeout's address can be named.
+#[derive(Debug)]
+pub(crate) struct PadEntry {
+    pub id: u64,
+    pub name: String,
+    pub elem_bytes: usize,
+    /// `(owner rank, base address, bytes)`.
+    pub ranges: Vec<(usize, u64, usize)>,
+}
+
+#[derive(Debug)]
+pub(crate) struct TeamShared {
+    pub id: u64,
+    pub backend: Backend,
+    pub world: usize,
+    pub timeout: Duration,
+    /// Per rank.
+    pub devices: Vec<Device>,
+    /// Per rank: its [`ErrorBuffer`], in host memory the device writes through a mapping (so a record
+    /// survives even a trap that kills the CUDA context).
+    pub error_buffers: Vec<ErrorSlot>,
+    /// Set by a host timeout: from then on memory is leaked rather than freed under a running kernel.
+    pub poisoned: AtomicBool,
+    pub capturing: AtomicBool,
+    /// Kernel launches (a graph replay counts each of its launches) whose guard has not waited yet.
+    pub in_flight: AtomicUsize,
+    /// Launches recorded by the capture in progress.
+    pub captured_launches: AtomicUsize,
+    /// Held while one team launch is queued on every rank, so two threads' launches cannot interleave
+    /// differently on different ranks (kernels waiting on each other would deadlock).
+    pub launch_lock: Mutex<()>,
+    /// Memory the launches of the capture in progress use: the graph keeps it alive.
+    pub capture_pins: Mutex<Vec<Arc<Allocation>>>,
+    pub pads: Mutex<Vec<PadEntry>>,
+    /// Dropped only when no kernel can still run (see `Drop`).
+    pub exec: ManuallyDrop<Exec>,
+}
+
+impl TeamShared {
+    pub fn check_rank(&self, rank: usize) -> Result<(), Error> {
+        if rank < self.world { Ok(()) } else { Err(Error::RankOutOfRange { rank, world: self.world }) }
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    pub fn check_usable(&self) -> Result<(), Error> {
+        if self.is_poisoned() { Err(Error::Poisoned) } else { Ok(()) }
+    }
+
+    pub fn refuse_while_capturing(&self, what: &'static str) -> Result<(), Error> {
+        self.check_usable()?;
+        if self.capturing.load(Ordering::Acquire) { Err(Error::Capturing { what }) } else { Ok(()) }
+    }
+
+    /// Keeps `alloc` alive for the graph being captured, if one is (a kernel parameter lowered from it).
+    pub fn pin_if_capturing(&self, alloc: &Arc<Allocation>) {
+        if self.capturing.load(Ordering::Acquire) {
+            let mut pins = self.capture_pins.lock().unwrap_or_else(|p| p.into_inner());
+            if !pins.iter().any(|p| Arc::ptr_eq(p, alloc)) {
+                pins.push(Arc::clone(alloc));
+            }
+        }
+    }
+
+    /// What each rank's module global holds.
+    pub fn launch_ctx(&self, rank: usize) -> LaunchCtx {
+        LaunchCtx {
+            rank: rank as u32,
+            world: self.world as u32,
+            timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
+            errors: self.error_buffers[rank].device as usize as *mut ErrorBuffer,
+        }
+    }
+
+    /// Makes sure no kernel runs before the host touches memory: a no-op unless a launch guard is alive or
+    /// was leaked with `mem::forget`.
+    pub fn settle(&self, what: &'static str) -> Result<(), Error> {
+        self.refuse_while_capturing(what)?;
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            self.wait_idle(Instant::now())?;
+        }
+        Ok(())
+    }
+
+    /// Polls every rank's stream until all are idle; past `started + timeout + 1 s` (one timeout per
+    /// launch still queued) the team is poisoned and the busy rank named. Never blocks in the driver, so it
+    /// never hangs. A rank that fails (a trapped kernel, a dead emulator thread) does not end the wait
+    /// early: the others may still use the memory.
+    pub fn wait_idle(&self, started: Instant) -> Result<(), Error> {
+        self.check_usable()?;
+        let queued = self.in_flight.load(Ordering::Acquire).max(1) as u32;
+        let deadline = started + self.timeout.saturating_mul(queued) + HOST_GRACE;
+        let mut pending: Vec<usize> = (0..self.world).collect();
+        let mut failure: Option<Error> = None;
+        let mut polls = 0u32;
+        loop {
+            pending.retain(|&rank| match self.idle(rank) {
+                Ok(idle) => !idle,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    false
+                }
+            });
+            let Some(&rank) = pending.first() else { break };
+            if Instant::now() >= deadline {
+                self.poisoned.store(true, Ordering::Release);
+                tracing::error!(
+                    rank,
+                    "a kernel did not finish within the host watchdog's deadline; the team is poisoned"
+                );
+                return Err(Error::HostTimeout { rank, waited: started.elapsed() });
+            }
+            // Spin briefly for latency, then back off so a long kernel does not burn a core.
+            polls += 1;
+            if polls < 2000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        match failure {
+            None => Ok(()),
+            // A device panic traps, which kills the context: the record in the error buffer says where.
+            Some(e @ Error::Cuda { .. }) => match self.take_device_errors() {
+                Err(device @ Error::Device(_)) => Err(device),
+                _ => Err(e),
+            },
+            Some(e) => Err(e),
+        }
+    }
+
+    fn idle(&self, rank: usize) -> Result<bool, Error> {
+        match &*self.exec {
+            Exec::Cuda(c) => c.idle(rank),
+            Exec::Emu(e) => e.idle(rank),
+        }
+    }
+
+    /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`].
+    pub fn take_device_errors(&self) -> Result<(), Error> {
+        let mut all = Vec::new();
+        let mut lost = 0u64;
+        for rank in 0..self.world {
+            let (records, dropped) = self.take_rank_errors(rank)?;
+            all.extend(records);
+            lost += dropped;
+        }
+        match DeviceErrors::new(all, lost) {
+            Some(errors) => Err(Error::Device(errors)),
+            None => Ok(()),
+        }
+    }
+
+    fn take_rank_errors(&self, rank: usize) -> Result<(Vec<DeviceError>, u64), Error> {
+        let host = self.error_buffers[rank].host;
+        // SAFETY: `host` is this rank's live error buffer and no kernel of the team runs (the caller waited),
+        // so nothing writes it concurrently; volatile because the device wrote it behind the compiler's back.
+        let count = unsafe { std::ptr::read_volatile(&raw const (*host).count) };
+        if count == 0 {
+            return Ok((Vec::new(), 0));
+        }
+        // SAFETY: as above; `ErrorBuffer` is plain integers, any bit pattern is valid.
+        let buffer: ErrorBuffer = unsafe { std::ptr::read_volatile(host) };
+        // SAFETY: as above; the next launch is issued after this write.
+        unsafe { std::ptr::write_volatile(host, ErrorBuffer::ZEROED) };
+        let records: Vec<DeviceError> = buffer.written_records().map(|r| self.decode(rank, r)).collect();
+        let lost = u64::from(buffer.count) - records.len() as u64;
+        Ok((records, lost))
+    }
+
+    fn decode(&self, rank: usize, r: &ErrorRecord) -> DeviceError {
+        let location = Location { file: r.file_name().to_owned(), line: r.line, column: r.column };
+        let rank = if (r.rank as usize) < self.world { r.rank as usize } else { rank };
+        match ErrorKind::from_u32(r.kind) {
+            Some(ErrorKind::Timeout) => DeviceError::Timeout {
+                rank,
+                block: r.block,
+                thread: r.thread,
+                signal: self.name_signal(r.signal),
+                expected: r.expected,
+                observed: r.observed,
+                cmp: Cmp::from_u32(r.cmp),
+                location,
+            },
+            Some(ErrorKind::Panic) => DeviceError::KernelPanic { rank, block: r.block, thread: r.thread, location },
+            None => DeviceError::Unknown { rank, kind: r.kind },
+        }
+    }
+
+    /// Maps a signal's address to the pad and index that hold it.
+    pub fn name_signal(&self, addr: u64) -> SignalRef {
+        let pads = self.pads.lock().unwrap_or_else(|p| p.into_inner());
+        for pad in pads.iter() {
+            for &(owner, base, bytes) in &pad.ranges {
+                if addr >= base && addr < base + bytes as u64 {
+                    let index = (addr - base) as usize / pad.elem_bytes.max(1);
+                    return SignalRef::Pad { name: pad.name.clone(), owner, index };
+                }
+            }
+        }
+        SignalRef::Address(addr)
+    }
+
+    /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`.
+    pub fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
+        match &*self.exec {
+            Exec::Cuda(c) => c.alloc(rank, bytes),
+            Exec::Emu(e) => e.alloc(bytes),
+        }
+    }
+
+    /// Frees an allocation of [`TeamShared::alloc`]; leaks it if the team is poisoned (a kernel may still run).
+    pub fn free(&self, rank: usize, addr: u64, bytes: usize) {
+        if self.is_poisoned() {
+            return;
+        }
+        let freed = match &*self.exec {
+            Exec::Cuda(c) => c.free(rank, addr),
+            // SAFETY: `addr` came from `alloc` with `bytes`, and no kernel runs (not poisoned, settled).
+            Exec::Emu(_) => unsafe { EmuTeam::free(addr, bytes) },
+        };
+        if let Err(e) = freed {
+            tracing::error!("freeing device memory of rank {rank}: {e}");
+        }
+    }
+
+    /// Copies `src` to device address `dst` of `rank`; the caller checked the range.
+    pub fn write(&self, rank: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
+        match &*self.exec {
+            Exec::Cuda(c) => c.write(rank, dst, src),
+            // SAFETY: the caller checked `dst..dst+len` lies in one allocation of this team, and settled.
+            Exec::Emu(_) => unsafe { EmuTeam::write(dst, src) },
+        }
+    }
+
+    /// Copies from device address `src` of `rank` into `dst`; the caller checked the range.
+    pub fn read(&self, rank: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
+        match &*self.exec {
+            Exec::Cuda(c) => c.read(rank, src, dst),
+            // SAFETY: as for `write`.
+            Exec::Emu(_) => unsafe { EmuTeam::read(src, dst) },
+        }
+    }
+
+    /// Sets `len` bytes at `dst` of `rank` to `byte`; the caller checked the range.
+    pub fn memset(&self, rank: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+        match &*self.exec {
+            Exec::Cuda(c) => c.memset(rank, dst, byte, len),
+            // SAFETY: as for `write`.
+            Exec::Emu(_) => unsafe { EmuTeam::memset(dst, byte, len) },
+        }
+    }
+}
+
+impl Drop for TeamShared {
+    fn drop(&mut self) {
+        if self.is_poisoned() {
+            // A kernel may still run: leak its memory, modules, streams and emulator threads.
+            return;
+        }
+        for slot in &self.error_buffers {
+            let freed = match &*self.exec {
+                Exec::Cuda(c) => c.free_error_buffer(*slot),
+                // SAFETY: allocated by `EmuTeam::alloc_error_buffer`; no kernel runs.
+                Exec::Emu(_) => unsafe { EmuTeam::free(slot.device, crate::memory::ERROR_BUFFER_BYTES) },
+            };
+            if let Err(e) = freed {
+                tracing::error!("freeing an error buffer: {e}");
+            }
+        }
+        // SAFETY: dropped once, here, and never used again.
+        unsafe { ManuallyDrop::drop(&mut self.exec) };
+    }
+}
