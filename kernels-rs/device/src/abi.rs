@@ -10,7 +10,8 @@ pub struct LaunchCtx {
     pub rank: u32,
     /// Number of ranks in the team.
     pub world: u32,
-    /// How long any wait may spin before it records a timeout and ends the kernel, in nanoseconds.
+    /// How long any wait may spin before it records a timeout and ends the kernel, in nanoseconds
+    /// (`0` means [`DEFAULT_TIMEOUT_NS`]).
     pub timeout_ns: u64,
     /// The device error buffer of this rank (device memory, zeroed by the host).
     pub errors: *mut ErrorBuffer,
@@ -18,13 +19,11 @@ pub struct LaunchCtx {
 
 impl LaunchCtx {
     /// A context for a team of one with no error buffer (used before the host sets one).
-    pub const EMPTY: LaunchCtx = LaunchCtx {
-        rank: 0,
-        world: 1,
-        timeout_ns: 0,
-        errors: core::ptr::null_mut(),
-    };
+    pub const EMPTY: LaunchCtx = LaunchCtx { rank: 0, world: 1, timeout_ns: 0, errors: core::ptr::null_mut() };
 }
+
+/// The wait timeout used when [`LaunchCtx::timeout_ns`] is `0`: 10 s.
+pub const DEFAULT_TIMEOUT_NS: u64 = 10_000_000_000;
 
 /// The name of the module-global holding the [`LaunchCtx`] in every PTX module.
 pub const LAUNCH_CTX_SYMBOL: &str = "FERROCOMM_LAUNCH_CTX";
@@ -83,6 +82,55 @@ pub struct ErrorRecord {
     pub file: [u8; ERROR_FILE_BYTES],
 }
 
+impl ErrorRecord {
+    /// The source file name the record carries (its tail, when the name was longer than the field).
+    pub fn file_name(&self) -> &str {
+        let bytes = &self.file[..(self.file_len as usize).min(ERROR_FILE_BYTES)];
+        // A tail may start inside a multi-byte character: skip its continuation bytes.
+        let start = bytes.iter().position(|b| b & 0xC0 != 0x80).unwrap_or(bytes.len());
+        core::str::from_utf8(&bytes[start..]).unwrap_or("")
+    }
+
+    /// The decoded [`ErrorKind`], `None` for a code this library does not know.
+    pub fn error_kind(&self) -> Option<ErrorKind> {
+        ErrorKind::from_u32(self.kind)
+    }
+}
+
+/// How a timed-out wait compared the signal with the value it waited for (the record's `cmp`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `signal == expected`.
+    Eq = 0,
+    /// `signal >= expected` (the comparison for monotonic counters).
+    Ge = 1,
+    /// `signal != expected`.
+    Ne = 2,
+}
+
+impl Cmp {
+    /// Whether `observed` satisfies the comparison against `expected`.
+    #[inline(always)]
+    pub fn holds(self, observed: u64, expected: u64) -> bool {
+        match self {
+            Cmp::Eq => observed == expected,
+            Cmp::Ge => observed >= expected,
+            Cmp::Ne => observed != expected,
+        }
+    }
+
+    /// Decodes the `cmp` field of an [`ErrorRecord`].
+    pub fn from_u32(v: u32) -> Option<Cmp> {
+        match v {
+            0 => Some(Cmp::Eq),
+            1 => Some(Cmp::Ge),
+            2 => Some(Cmp::Ne),
+            _ => None,
+        }
+    }
+}
+
 /// Records kept per rank per launch; later errors only count.
 pub const ERROR_CAPACITY: usize = 8;
 
@@ -96,6 +144,55 @@ pub struct ErrorBuffer {
     pub written: [u32; ERROR_CAPACITY],
     /// The records.
     pub records: [ErrorRecord; ERROR_CAPACITY],
+}
+
+impl ErrorBuffer {
+    /// An empty buffer, as the host must initialise it before a launch.
+    pub const ZEROED: ErrorBuffer = ErrorBuffer {
+        count: 0,
+        written: [0; ERROR_CAPACITY],
+        records: [ErrorRecord {
+            kind: 0,
+            rank: 0,
+            block: [0; 3],
+            thread: [0; 3],
+            signal: 0,
+            expected: 0,
+            observed: 0,
+            cmp: 0,
+            line: 0,
+            column: 0,
+            file_len: 0,
+            file: [0; ERROR_FILE_BYTES],
+        }; ERROR_CAPACITY],
+    };
+
+    /// The records that were completely written, in claim order (read after the kernel finished).
+    pub fn written_records(&self) -> impl Iterator<Item = &ErrorRecord> {
+        let n = (self.count as usize).min(ERROR_CAPACITY);
+        (0..n).filter(|&i| self.written[i] != 0).map(|i| &self.records[i])
+    }
+}
+
+/// Slots of bookkeeping at the end of every signal pad's allocation, after its signals: the pad's launch
+/// epoch and the count of blocks that finished the current launch (see `SignalPad::epoch`). The host
+/// allocates `signals + SIGNAL_PAD_EPOCH_SLOTS` zeroed `u64`s per rank and passes that total as
+/// [`RawSym::len`]; signal `i` stays at offset `i`.
+pub const SIGNAL_PAD_EPOCH_SLOTS: usize = 2;
+
+/// A low-latency packet: 8 bytes of data and two copies of a 4-byte flag, written by one 16-byte store, so
+/// a reader that sees the current flag in both halves has the data without any fence (NCCL's LL protocol).
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LlPacket {
+    /// Data bytes 0..4.
+    pub data_lo: u32,
+    /// The flag guarding `data_lo`.
+    pub flag_lo: u32,
+    /// Data bytes 4..8.
+    pub data_hi: u32,
+    /// The flag guarding `data_hi`.
+    pub flag_hi: u32,
 }
 
 /// A device slice as kernels receive it: pointer and length, the plain ABI of `&[T]` / `&mut [T]`.

@@ -1,12 +1,119 @@
 //! `ferrocomm-device`: the language communication kernels are written in.
+//!
+//! A kernel moves data to peer GPUs itself and orders it with signals:
+//!
+//! ```
+//! use ferrocomm_device::prelude::*;
+//!
+//! /// Rank r sends `src` to rank (r + 1) % world and waits for the data of rank (r - 1).
+//! pub fn ring_step(src: &[f32], dst: SymSliceMut<f32>, pad: SignalPad) {
+//!     let (rank, world) = (team::rank(), team::world());
+//!     let epoch = pad.epoch();
+//!     let next = (rank + 1) % world;
+//!     // Data, then a release add on the peer's signal `rank`; the receiver waits for this launch's count.
+//!     put_signal_block(dst.peer(next), src, pad.peer(next, rank as usize), SignalOp::Add(1));
+//!     if thread_rank() == 0 {
+//!         pad.local(((rank + world - 1) % world) as usize).wait_ge(epoch);
+//!     }
+//!     sync_threads();
+//!     pad.advance_epoch();
+//! }
+//! ```
+//!
+//! Every intrinsic is one `#[inline(always)]` function around one literal `asm!`, with scope and ordering
+//! in its name or type; the PTX of each is pinned by the golden tests. Compiled for the host, each maps to
+//! the `std::sync::atomic` operation of the same ordering and runs on the CPU emulator ([`emu`]).
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`index`] | thread / block / grid indices, lane, warp, `%smid` |
+//! | [`sync`] | `bar.sync 0`, `bar.warp.sync` |
+//! | [`warp`] | `shfl.sync` idx/up/down/bfly, `vote.sync` any/all/ballot |
+//! | [`shared`] | static (`shared_array!`) and dynamic shared memory |
+//! | [`time`] | `%globaltimer`, `nanosleep` |
+//! | [`atomic`] | scoped atomics: `GpuAtomicU32/U64`, `SysAtomicU32/U64` |
+//! | [`fence`] | `fence.acq_rel.{cta,gpu,sys}`, `fence.sc.{gpu,sys}`, `fence.proxy.async` |
+//! | [`ctx`] | the launch context, `team::rank()` / `team::world()` |
+//! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout, launch epochs |
+//! | [`put`] | put / get by thread, warp, block; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`ll`] | LL packets: data and flag in one 16-byte store |
+//! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
+//! | [`half`] | `bf16`, `f16` |
+//! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
+//! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
+//! | [`error`] | device error records, `exit_thread`, the panic handler |
+//! | [`abi`] | the `#[repr(C)]` layouts shared with the host runtime |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, asm_experimental_arch))]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
 
 pub mod abi;
+pub mod atomic;
+pub mod ctx;
+pub mod error;
+pub mod fence;
+pub mod half;
+pub mod index;
+pub mod ll;
+pub mod mem;
+pub mod param;
+pub mod put;
+pub mod shared;
+pub mod signal;
+pub mod sym;
+pub mod sync;
+pub mod time;
+pub mod warp;
 
-#[cfg(target_arch = "nvptx64")]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo) -> ! {
-    // SAFETY: `trap` ends the kernel; nothing after it runs.
-    unsafe { core::arch::asm!("trap;", options(noreturn)) }
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod emu;
+
+pub use ctx::team;
+pub use ferrocomm_macros::kernel;
+pub use half::{bf16, f16};
+pub use param::DeviceParam;
+pub use signal::{Signal, SignalOp, SignalPad};
+pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
+
+/// Everything a kernel body usually needs: `use ferrocomm_device::prelude::*;`.
+pub mod prelude {
+    pub use crate::abi::LlPacket;
+    pub use crate::atomic::{GpuAtomicU32, GpuAtomicU64, SysAtomicU32, SysAtomicU64};
+    pub use crate::ctx::team;
+    pub use crate::error::exit_thread;
+    pub use crate::fence::{fence_acq_rel_cta, fence_acq_rel_gpu, fence_acq_rel_sys, fence_sc_gpu, fence_sc_sys};
+    pub use crate::half::{bf16, f16};
+    pub use crate::index::{
+        Dim3, block_dim, block_idx, block_rank, block_size, global_thread_idx, global_threads, grid_dim, grid_size,
+        lane_id, smid, thread_idx, thread_rank, warp_id, warp_lanes, warp_mask, warps_per_block,
+    };
+    pub use crate::ll::{ll_flag, ll_packets, put_ll, put_ll_block, put_ll_warp, read_ll, read_ll_block, read_ll_warp};
+    pub use crate::put::{
+        PutToken, fence, get, get_block, get_warp, put, put_block, put_block_nbi, put_nbi, put_signal,
+        put_signal_block, put_signal_warp, put_warp, put_warp_nbi, quiet,
+    };
+    pub use crate::shared::{SharedSlice, dynamic_shared};
+    pub use crate::shared_array;
+    pub use crate::signal::{Cmp, Signal, SignalOp, SignalPad};
+    pub use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
+    pub use crate::sync::{sync_threads, sync_warp};
+    pub use crate::time::{globaltimer, nanosleep};
+    pub use crate::warp::{
+        shfl_down_sync, shfl_idx_sync, shfl_up_sync, shfl_xor_sync, vote_all_sync, vote_any_sync, vote_ballot_sync,
+    };
+}
+
+/// Embeds the kernels crate's PTX, on the host only: expands to
+/// `pub static PTX: &[(u32, &str)]` — (compute capability, PTX module) per architecture the crate's
+/// `build.rs` (`ferrocomm_builder::build_script()`) compiled.
+///
+/// ```ignore
+/// ferrocomm_device::embed_ptx!();
+/// ```
+#[macro_export]
+macro_rules! embed_ptx {
+    () => {
+        /// This crate's PTX: (compute capability, module text), one per architecture it was built for.
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub static PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs"));
+    };
 }

@@ -1,0 +1,192 @@
+//! The CPU emulator (host builds only): runs a kernel's grid with one host thread per GPU thread, so the
+//! same kernel source is verified without a GPU.
+//!
+//! Compiled for the host, every intrinsic of this crate maps to `std::sync::atomic` at the ordering its
+//! PTX has; indices, barriers, warp shuffles and votes, shared memory and `%globaltimer` come from the
+//! emulated thread's state kept here. One [`launch`] runs one rank's grid; the host runtime calls it once
+//! per rank on concurrent threads, so several emulated GPUs run at once, each with its own memory.
+//!
+//! ```
+//! use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
+//! use ferrocomm_device::prelude::*;
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//!
+//! let mut errors = ErrorBuffer::ZEROED;
+//! let ctx = LaunchCtx { rank: 0, world: 1, timeout_ns: 1_000_000_000, errors: &mut errors };
+//! let sum = AtomicU32::new(0);
+//! ferrocomm_device::emu::launch([2, 1, 1], [64, 1, 1], 0, ctx, &|| {
+//!     sum.fetch_add(global_thread_idx() as u32, Ordering::Relaxed);
+//! })
+//! .unwrap();
+//! assert_eq!(sum.into_inner(), (0..128).sum::<u32>());
+//! ```
+
+mod block;
+mod launch;
+pub(crate) mod thread;
+mod warp;
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use crate::abi::LaunchCtx;
+
+pub(crate) use launch::exit_thread;
+pub(crate) use warp::{Round, WarpError};
+
+/// Most GPU threads one emulated launch may have (one host thread each).
+pub const MAX_THREADS: u32 = 4096;
+/// Most threads per block, as on the GPU.
+pub const MAX_BLOCK_THREADS: u32 = 1024;
+/// Most dynamic shared memory per block, as on an H100/H200 (227 KiB).
+pub const MAX_DYNAMIC_SHARED_BYTES: usize = 227 * 1024;
+
+/// Why an emulated launch failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmuError {
+    /// A grid or block dimension is zero.
+    #[error("grid {grid:?} / block {block:?} has a zero dimension; every dimension must be at least 1")]
+    EmptyDimension {
+        /// The grid dimensions asked for.
+        grid: [u32; 3],
+        /// The block dimensions asked for.
+        block: [u32; 3],
+    },
+    /// More threads per block than a GPU allows.
+    #[error("block {block:?} has {threads} threads; a block holds at most {MAX_BLOCK_THREADS}")]
+    BlockTooLarge {
+        /// The block dimensions asked for.
+        block: [u32; 3],
+        /// Their product.
+        threads: u64,
+    },
+    /// More threads than the emulator runs (one host thread each).
+    #[error(
+        "grid {grid:?} x block {block:?} is {threads} threads; the emulator runs at most {MAX_THREADS} per rank \
+         (use a smaller grid for emulated runs)"
+    )]
+    TooManyThreads {
+        /// The grid dimensions asked for.
+        grid: [u32; 3],
+        /// The block dimensions asked for.
+        block: [u32; 3],
+        /// Threads in the grid.
+        threads: u64,
+    },
+    /// More dynamic shared memory than a GPU block has.
+    #[error("{requested} bytes of dynamic shared memory asked for; a block has at most {MAX_DYNAMIC_SHARED_BYTES}")]
+    SharedMemoryTooLarge {
+        /// Bytes asked for.
+        requested: usize,
+    },
+    /// The host could not start a thread for every GPU thread.
+    #[error("could not start the {threads} host threads of the emulated grid ({source}); use a smaller grid")]
+    Spawn {
+        /// Threads in the grid.
+        threads: u32,
+        /// The error of the failed spawn.
+        source: std::io::Error,
+    },
+    /// A kernel thread panicked: like the GPU's panic handler, the panic was recorded in the error buffer
+    /// and the launch was ended (`trap`).
+    #[error("rank {rank}: kernel panicked in block {block:?} thread {thread:?} at {file}:{line}:{column}: {message}")]
+    Trapped {
+        /// The rank of the launch.
+        rank: u32,
+        /// Block index of the first thread that panicked.
+        block: [u32; 3],
+        /// Its thread index.
+        thread: [u32; 3],
+        /// Source file of the panic.
+        file: String,
+        /// Source line.
+        line: u32,
+        /// Source column.
+        column: u32,
+        /// The panic message (the GPU cannot keep it; the emulator can).
+        message: String,
+    },
+}
+
+/// Runs every GPU thread of one rank's grid as a host thread and returns when all have finished.
+///
+/// `ctx` is what the GPU would read from `FERROCOMM_LAUNCH_CTX`: this rank, the team size, the wait timeout
+/// and a pointer to this rank's [`ErrorBuffer`](crate::abi::ErrorBuffer), which must stay valid for the
+/// whole call. A wait that times out records a `Timeout` and ends its thread, and the launch still returns
+/// `Ok`; a panic records a `Panic`, ends every thread of the launch (the GPU's `trap`) and returns
+/// [`EmuError::Trapped`]. At most [`MAX_THREADS`] threads per launch.
+pub fn launch(
+    grid: [u32; 3],
+    block: [u32; 3],
+    dynamic_shared_bytes: usize,
+    ctx: LaunchCtx,
+    kernel: &(dyn Fn() + Sync),
+) -> Result<(), EmuError> {
+    launch::launch(grid, block, dynamic_shared_bytes, ctx, kernel)
+}
+
+/// The payload of the unwind that ends an emulated thread like PTX `exit`.
+#[derive(Debug)]
+pub(crate) struct KernelExit;
+
+/// The launch trapped: the thread must end.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trapped;
+
+/// `%globaltimer` of the emulated GPUs: nanoseconds since the first use in this process (one clock for
+/// every rank, like the GPUs' synchronised global timers).
+pub(crate) fn globaltimer_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Ends this thread if its launch trapped (a panic elsewhere in the grid).
+pub(crate) fn exit_if_trapped() {
+    if thread::try_current().is_some_and(|t| t.launch.is_trapped()) {
+        exit_thread();
+    }
+}
+
+/// The host side of `shared_array!`: this block's copy of the named static shared array.
+#[doc(hidden)]
+#[track_caller]
+pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u8 {
+    thread::current().block.static_shared(name, bytes, align)
+}
+
+/// The host side of `bar.sync 0`.
+pub(crate) fn block_sync() {
+    let t = thread::current();
+    if t.block.sync(&t.launch).is_err() {
+        drop(t);
+        exit_thread();
+    }
+}
+
+/// The host side of the warp operations: lane `laneid` exchanges `value` with the lanes of `mask`.
+#[track_caller]
+pub(crate) fn warp_exchange(mask: u32, value: u64) -> Round {
+    let t = thread::current();
+    let lane = t.lane();
+    assert!(
+        mask & (1 << lane) != 0,
+        "warp operation with member mask {mask:#010x} called by lane {lane}, which is not in it (undefined on the GPU)"
+    );
+    let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch);
+    drop(t);
+    match result {
+        Ok(round) => round,
+        Err(WarpError::Trapped) => exit_thread(),
+        Err(WarpError::MaskMismatch { round }) => panic!(
+            "warp operation with member mask {mask:#010x} while lanes of mask {round:#010x} wait in another one: \
+             every lane of a mask must make the same warp-synchronous call (undefined on the GPU)"
+        ),
+    }
+}
+
+/// The block's dynamic shared memory (pointer, bytes).
+pub(crate) fn dynamic_shared() -> (*mut u8, usize) {
+    thread::current().block.dynamic_shared()
+}

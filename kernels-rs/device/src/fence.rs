@@ -1,0 +1,64 @@
+//! Memory fences, scope and strength in the name. On the host each maps to `std::sync::atomic::fence` of
+//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`).
+
+#[cfg(target_arch = "nvptx64")]
+use core::arch::asm;
+
+/// One fence: a literal `asm!` on the GPU, `fence(ordering)` on the host.
+macro_rules! fence_fn {
+    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                // SAFETY: a fence only orders memory accesses; memory is clobbered so none moves across it.
+                unsafe { asm!($asm, options(nostack)) };
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                core::sync::atomic::fence(core::sync::atomic::Ordering::$ord);
+            }
+        }
+    };
+}
+
+fence_fn!(
+    /// `fence.acq_rel.cta`: orders this thread's accesses as seen by threads of its block.
+    fence_acq_rel_cta, "fence.acq_rel.cta;", AcqRel
+);
+fence_fn!(
+    /// `fence.acq_rel.gpu`: orders this thread's accesses as seen by threads of its GPU.
+    fence_acq_rel_gpu, "fence.acq_rel.gpu;", AcqRel
+);
+fence_fn!(
+    /// `fence.acq_rel.sys`: orders this thread's accesses as seen by every GPU and the host; a relaxed store
+    /// after it acts as a release store at system scope.
+    fence_acq_rel_sys, "fence.acq_rel.sys;", AcqRel
+);
+fence_fn!(
+    /// `fence.sc.gpu`: a sequentially consistent fence among threads of this GPU.
+    fence_sc_gpu, "fence.sc.gpu;", SeqCst
+);
+fence_fn!(
+    /// `fence.sc.sys`: a sequentially consistent fence among every GPU and the host (CUDA's
+    /// `__threadfence_system`).
+    fence_sc_sys, "fence.sc.sys;", SeqCst
+);
+
+/// `fence.proxy.async`: orders this thread's generic-proxy accesses (ordinary loads and stores) against the
+/// async proxy (TMA bulk copies). It needs sm_90 and PTX 8.0: build the kernels crate with
+/// `-Ctarget-feature=+ptx80` for sm_90, or ptxas rejects the module. The emulator has no async proxy and
+/// only stops the compiler from moving accesses across it.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: a fence only orders memory accesses.
+        unsafe { asm!("fence.proxy.async;", options(nostack)) };
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+    }
+}

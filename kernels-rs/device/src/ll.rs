@@ -1,0 +1,280 @@
+//! LL (low-latency) packets: the small-message path that needs no release fence.
+//!
+//! Each [`LlPacket`] carries 8 bytes of data and, beside each 4-byte half, the sender's flag for this
+//! launch; the sender writes it with one 16-byte `st.volatile.global.v4.b32`, the receiver polls it with
+//! `ld.volatile.global.v4.b32` until both flags equal the current one. The flag travels in the same store
+//! as its data, so no fence and no separate signal are needed. Flags come from [`ll_flag`] of a
+//! [`SignalPad::epoch`](crate::signal::SignalPad::epoch), so buffers are reused without resets: stale
+//! packets carry an older flag.
+//!
+//! In the emulator each 8-byte (data, flag) half is one relaxed atomic store and load, which is the
+//! atomicity the protocol relies on.
+
+use crate::abi::Cmp;
+pub use crate::abi::LlPacket;
+use crate::index::{block_size, lane_id, thread_rank, warp_lanes, warp_mask};
+use crate::mem::{GlobalPtr, unit_for};
+use crate::signal::poll_until;
+use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
+use crate::sync::{sync_threads, sync_warp};
+
+/// Data bytes per packet.
+pub const LL_PAYLOAD_BYTES: usize = 8;
+
+/// Packets needed to carry `len` elements of `T`.
+#[inline(always)]
+pub const fn ll_packets<T>(len: usize) -> usize {
+    (len * core::mem::size_of::<T>()).div_ceil(LL_PAYLOAD_BYTES)
+}
+
+/// The flag of epoch `epoch` (>= 1): never 0, so a zeroed buffer never looks written.
+#[inline(always)]
+pub fn ll_flag(epoch: u64) -> u32 {
+    (epoch.wrapping_sub(1) % u64::from(u32::MAX)) as u32 + 1
+}
+
+impl LlPacket {
+    /// A packet carrying `data` under `flag`.
+    #[inline(always)]
+    pub const fn new(data: u64, flag: u32) -> LlPacket {
+        LlPacket { data_lo: data as u32, flag_lo: flag, data_hi: (data >> 32) as u32, flag_hi: flag }
+    }
+
+    /// The 8 data bytes.
+    #[inline(always)]
+    pub const fn data(&self) -> u64 {
+        self.data_lo as u64 | (self.data_hi as u64) << 32
+    }
+
+    /// Whether both halves carry `flag` (the data is complete).
+    #[inline(always)]
+    pub const fn is_complete(&self, flag: u32) -> bool {
+        self.flag_lo == flag && self.flag_hi == flag
+    }
+
+    fn from_words(w: [u32; 4]) -> LlPacket {
+        LlPacket { data_lo: w[0], flag_lo: w[1], data_hi: w[2], flag_hi: w[3] }
+    }
+}
+
+/// Stores one packet with a single 16-byte volatile store.
+///
+/// # Safety
+///
+/// `dst` is a live, 16-byte aligned packet in global memory.
+#[inline(always)]
+pub unsafe fn ll_store(dst: *mut LlPacket, packet: LlPacket) {
+    let w = [packet.data_lo, packet.flag_lo, packet.data_hi, packet.flag_hi];
+    // SAFETY: the caller's contract.
+    unsafe { GlobalPtr::from_generic(dst).st_volatile_v4(w) };
+}
+
+/// Loads one packet with a single 16-byte volatile load.
+///
+/// # Safety
+///
+/// `src` is a live, 16-byte aligned packet in global memory.
+#[inline(always)]
+pub unsafe fn ll_load(src: *const LlPacket) -> LlPacket {
+    // SAFETY: the caller's contract.
+    LlPacket::from_words(unsafe { GlobalPtr::from_generic(src).ld_volatile_v4() })
+}
+
+/// Reads `len <= 8` bytes at `p` as the low bytes of a little-endian word, with the widest aligned units.
+///
+/// # Safety
+///
+/// `len` bytes at `p` are readable and not written concurrently.
+#[inline(always)]
+unsafe fn load_word(p: *const u8, len: usize) -> u64 {
+    if len == 8 && (p as usize).is_multiple_of(8) {
+        // SAFETY: the caller guarantees 8 readable bytes; aligned.
+        return unsafe { p.cast::<u64>().read() };
+    }
+    let mut word = 0u64;
+    let mut off = 0;
+    while off < len {
+        // SAFETY: `off < len`, inside the readable range (the caller).
+        let a = unsafe { p.add(off) };
+        let unit = unit_for(a as usize, len - off);
+        // SAFETY: `off + unit <= len` bytes are readable (the caller) and `a` is aligned to `unit`.
+        let v = unsafe {
+            match unit {
+                8 => a.cast::<u64>().read(),
+                4 => u64::from(a.cast::<u32>().read()),
+                2 => u64::from(a.cast::<u16>().read()),
+                _ => u64::from(a.read()),
+            }
+        };
+        word |= v << (8 * off);
+        off += unit;
+    }
+    word
+}
+
+/// Writes the low `len <= 8` bytes of `word` at `p`.
+///
+/// # Safety
+///
+/// `len` bytes at `p` are writable and not accessed concurrently.
+#[inline(always)]
+unsafe fn store_word(p: *mut u8, len: usize, word: u64) {
+    if len == 8 && (p as usize).is_multiple_of(8) {
+        // SAFETY: the caller guarantees 8 writable bytes; aligned.
+        return unsafe { p.cast::<u64>().write(word) };
+    }
+    let mut off = 0;
+    while off < len {
+        let v = word >> (8 * off);
+        // SAFETY: `off < len`, inside the writable range (the caller).
+        let a = unsafe { p.add(off) };
+        let unit = unit_for(a as usize, len - off);
+        // SAFETY: `off + unit <= len` bytes are writable (the caller) and `a` is aligned to `unit`.
+        unsafe {
+            match unit {
+                8 => a.cast::<u64>().write(v),
+                4 => a.cast::<u32>().write(v as u32),
+                2 => a.cast::<u16>().write(v as u16),
+                _ => a.write(v as u8),
+            }
+        }
+        off += unit;
+    }
+}
+
+#[inline(always)]
+#[track_caller]
+fn put_ll_lanes<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32, lane: usize, lanes: usize) {
+    let bytes = core::mem::size_of_val(src);
+    let packets = bytes.div_ceil(LL_PAYLOAD_BYTES);
+    assert!(packets <= dst.len(), "LL destination has fewer packets than the source needs");
+    let base = src.as_ptr().cast::<u8>();
+    let mut i = lane;
+    while i < packets {
+        let off = i * LL_PAYLOAD_BYTES;
+        // SAFETY: bytes `off..off + len` are inside `src`; packet `i` is inside `dst`.
+        unsafe {
+            let word = load_word(base.add(off), (bytes - off).min(LL_PAYLOAD_BYTES));
+            ll_store(dst.as_ptr().add(i), LlPacket::new(word, flag));
+        }
+        i += lanes;
+    }
+}
+
+#[inline(always)]
+#[track_caller]
+fn read_ll_lanes<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<LlPacket>, flag: u32, lane: usize, lanes: usize) {
+    let location = core::panic::Location::caller();
+    let bytes = core::mem::size_of_val(dst);
+    let packets = bytes.div_ceil(LL_PAYLOAD_BYTES);
+    assert!(packets <= src.len(), "LL source has fewer packets than the destination needs");
+    let base = dst.as_mut_ptr().cast::<u8>();
+    let mut i = lane;
+    while i < packets {
+        // SAFETY: packet `i` is inside `src`.
+        let p = unsafe { src.as_ptr().add(i) };
+        let word = poll_until(
+            || {
+                // SAFETY: as above.
+                let packet = unsafe { ll_load(p) };
+                match (packet.flag_lo == flag, packet.flag_hi == flag) {
+                    (true, true) => Ok(packet.data()),
+                    (false, _) => Err(u64::from(packet.flag_lo)),
+                    (true, false) => Err(u64::from(packet.flag_hi)),
+                }
+            },
+            p as u64,
+            u64::from(flag),
+            Cmp::Eq,
+            location,
+        );
+        let off = i * LL_PAYLOAD_BYTES;
+        // SAFETY: bytes `off..off + len` are inside `dst`.
+        unsafe { store_word(base.add(off), (bytes - off).min(LL_PAYLOAD_BYTES), word) };
+        i += lanes;
+    }
+}
+
+/// One thread sends `src` to `dst` (a rank's LL buffer) as packets carrying `flag`.
+#[inline(always)]
+#[track_caller]
+pub fn put_ll<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    put_ll_lanes(dst, src, flag, 0, 1);
+}
+
+/// The warp sends `src` to `dst` as packets carrying `flag`, packet `i` by lane `i % 32`; no lane waits for
+/// the others.
+#[inline(always)]
+#[track_caller]
+pub fn put_ll_warp<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    put_ll_lanes(dst, src, flag, lane_id() as usize, warp_lanes() as usize);
+}
+
+/// The block sends `src` to `dst` as packets carrying `flag`; no thread waits for the others.
+#[inline(always)]
+#[track_caller]
+pub fn put_ll_block<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    put_ll_lanes(dst, src, flag, thread_rank() as usize, block_size() as usize);
+}
+
+/// One thread waits until every packet of `src` (this rank's LL buffer) carries `flag` and unpacks them
+/// into `dst`. Times out like a signal wait, recording the packet's address and the flag it held.
+#[inline(always)]
+#[track_caller]
+pub fn read_ll<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    read_ll_lanes(dst, src.into(), flag, 0, 1);
+}
+
+/// The warp reads `src` into `dst` (packet `i` by lane `i % 32`); returns when every lane is done.
+#[inline(always)]
+#[track_caller]
+pub fn read_ll_warp<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    read_ll_lanes(dst, src.into(), flag, lane_id() as usize, warp_lanes() as usize);
+    sync_warp(warp_mask());
+}
+
+/// The block reads `src` into `dst`; returns when every thread is done.
+#[inline(always)]
+#[track_caller]
+pub fn read_ll_block<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    read_ll_lanes(dst, src.into(), flag, thread_rank() as usize, block_size() as usize);
+    sync_threads();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_skip_zero() {
+        assert_eq!(ll_flag(1), 1);
+        assert_eq!(ll_flag(2), 2);
+        assert_eq!(ll_flag(u64::from(u32::MAX)), u32::MAX);
+        assert_eq!(ll_flag(u64::from(u32::MAX) + 1), 1);
+    }
+
+    #[test]
+    fn words_round_trip_at_any_alignment() {
+        let src: Vec<u8> = (1..=24).collect();
+        for start in 0..8 {
+            for len in 0..=8 {
+                // SAFETY: `start + len <= 16 < 24`.
+                let w = unsafe { load_word(src.as_ptr().add(start), len) };
+                let mut dst = [0u8; 24];
+                // SAFETY: as above.
+                unsafe { store_word(dst.as_mut_ptr().add(start), len, w) };
+                assert_eq!(&dst[start..start + len], &src[start..start + len]);
+                assert!(dst[start + len..].iter().all(|&b| b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn packets_carry_data_and_flag() {
+        let p = LlPacket::new(0x1122_3344_5566_7788, 9);
+        assert_eq!(p.data(), 0x1122_3344_5566_7788);
+        assert!(p.is_complete(9) && !p.is_complete(8));
+        assert_eq!(ll_packets::<u32>(3), 2);
+        assert_eq!(ll_packets::<u8>(0), 0);
+    }
+}

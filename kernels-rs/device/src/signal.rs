@@ -1,0 +1,302 @@
+//! Signals: `u64` flags in symmetric memory that order data between GPUs. A sender raises one with
+//! release ordering after its data (`st.release.sys.u64` to set, `red.release.sys.global.add.u64` to add);
+//! the receiver waits with acquire loads (`ld.acquire.sys.u64`), after which the data is visible.
+//!
+//! Signals are monotonic counters: each launch adds to them and waits for `>=` the launch's target, so they
+//! never need a reset — see [`SignalPad::epoch`]. Every wait has a timeout (the launch context's
+//! `timeout_ns`): on expiry it records who waited on what, and the thread ends cleanly (PTX `exit`).
+
+use core::panic::Location;
+
+pub use crate::abi::Cmp;
+use crate::abi::{RawSym, SIGNAL_PAD_EPOCH_SLOTS};
+use crate::atomic::{GpuAtomicU64, SysAtomicU64};
+use crate::ctx::{self, team};
+use crate::error;
+use crate::index::{grid_size, thread_rank};
+use crate::sync::sync_threads;
+use crate::time::{globaltimer, nanosleep};
+
+/// Polls before a wait starts to sleep between polls: the fast path of a ping-pong.
+const SPIN_POLLS: u32 = 64;
+/// First and longest back-off between polls once sleeping.
+const MIN_BACKOFF_NS: u32 = 32;
+const MAX_BACKOFF_NS: u32 = 1024;
+
+/// Polls `poll` until it returns `Ok`, backing off with `nanosleep` and giving up after the launch's
+/// timeout: then records a timeout for the address `addr` (with `expected`, the last `Err` observed and
+/// `cmp`) and ends the thread.
+#[inline(always)]
+pub(crate) fn poll_until<R>(
+    mut poll: impl FnMut() -> Result<R, u64>,
+    addr: u64,
+    expected: u64,
+    cmp: Cmp,
+    location: &'static Location<'static>,
+) -> R {
+    let mut polls = 0u32;
+    let mut start = 0u64;
+    let mut backoff = MIN_BACKOFF_NS;
+    loop {
+        let observed = match poll() {
+            Ok(r) => return r,
+            Err(observed) => observed,
+        };
+        if polls < SPIN_POLLS {
+            polls += 1;
+            if polls == SPIN_POLLS {
+                start = globaltimer();
+            }
+            continue;
+        }
+        nanosleep(backoff);
+        backoff = (backoff * 2).min(MAX_BACKOFF_NS);
+        if globaltimer().wrapping_sub(start) > ctx::timeout_ns() {
+            timed_out(addr, expected, observed, cmp, location);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn timed_out(addr: u64, expected: u64, observed: u64, cmp: Cmp, location: &Location<'_>) -> ! {
+    error::record_timeout(addr, expected, observed, cmp, location);
+    error::exit_thread()
+}
+
+/// How a sender raises a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalOp {
+    /// Store the value (`st.release.sys.u64`).
+    Set(u64),
+    /// Add the value (`red.release.sys.global.add.u64`): monotonic counters.
+    Add(u64),
+}
+
+/// One `u64` signal in some rank's copy of a [`SignalPad`].
+#[derive(Debug, Clone, Copy)]
+pub struct Signal {
+    ptr: *mut u64,
+}
+
+impl Signal {
+    /// A signal at `ptr`.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is an aligned `u64` in global memory (device or peer-mapped) that stays live while the signal
+    /// is used and is accessed only atomically.
+    #[inline(always)]
+    pub unsafe fn from_ptr(ptr: *mut u64) -> Signal {
+        Signal { ptr }
+    }
+
+    /// The signal's address, as this GPU addresses it.
+    #[inline(always)]
+    pub fn as_ptr(self) -> *mut u64 {
+        self.ptr
+    }
+
+    #[inline(always)]
+    fn atomic(self) -> &'static SysAtomicU64 {
+        // SAFETY: `from_ptr`'s contract (signals are built from pads, whose memory outlives the launch).
+        unsafe { SysAtomicU64::from_ptr(self.ptr) }
+    }
+
+    /// Sets the signal after this thread's earlier writes (`st.release.sys.u64`).
+    #[inline(always)]
+    pub fn set_release(self, v: u64) {
+        self.atomic().store_release(v);
+    }
+
+    /// Sets the signal without ordering (`st.relaxed.sys.u64`): for flags whose data travels in the same
+    /// store, or with an explicit fence before.
+    #[inline(always)]
+    pub fn set_relaxed(self, v: u64) {
+        self.atomic().store_relaxed(v);
+    }
+
+    /// Adds to the signal after this thread's earlier writes (`red.release.sys.global.add.u64`).
+    #[inline(always)]
+    pub fn add_release(self, v: u64) {
+        self.atomic().add_release(v);
+    }
+
+    /// Raises the signal as `op` says, with release ordering.
+    #[inline(always)]
+    pub fn raise_release(self, op: SignalOp) {
+        match op {
+            SignalOp::Set(v) => self.set_release(v),
+            SignalOp::Add(v) => self.add_release(v),
+        }
+    }
+
+    /// The value, ordering this thread's later reads after the writes it publishes (`ld.acquire.sys.u64`).
+    #[inline(always)]
+    pub fn load_acquire(self) -> u64 {
+        self.atomic().load_acquire()
+    }
+
+    /// The value, without ordering (`ld.relaxed.sys.u64`).
+    #[inline(always)]
+    pub fn load_relaxed(self) -> u64 {
+        self.atomic().load_relaxed()
+    }
+
+    /// Waits until `signal cmp expected` holds, polling with acquire loads; returns the value seen. On
+    /// timeout records a `Timeout` error with this call's location and ends the thread.
+    #[inline(always)]
+    #[track_caller]
+    pub fn wait(self, cmp: Cmp, expected: u64) -> u64 {
+        let location = Location::caller();
+        poll_until(
+            || {
+                let v = self.load_acquire();
+                if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
+            },
+            self.ptr as u64,
+            expected,
+            cmp,
+            location,
+        )
+    }
+
+    /// [`Signal::wait`] polling with relaxed loads: nothing the sender wrote before is ordered by it (the
+    /// weakened twin of a message-passing test; LL packets).
+    #[inline(always)]
+    #[track_caller]
+    pub fn wait_relaxed(self, cmp: Cmp, expected: u64) -> u64 {
+        let location = Location::caller();
+        poll_until(
+            || {
+                let v = self.load_relaxed();
+                if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
+            },
+            self.ptr as u64,
+            expected,
+            cmp,
+            location,
+        )
+    }
+
+    /// Waits until the signal equals `expected` (acquire).
+    #[inline(always)]
+    #[track_caller]
+    pub fn wait_eq(self, expected: u64) -> u64 {
+        self.wait(Cmp::Eq, expected)
+    }
+
+    /// Waits until the signal is at least `expected` (acquire): the wait of monotonic counters.
+    #[inline(always)]
+    #[track_caller]
+    pub fn wait_ge(self, expected: u64) -> u64 {
+        self.wait(Cmp::Ge, expected)
+    }
+
+    /// Waits until the signal differs from `expected` (acquire).
+    #[inline(always)]
+    #[track_caller]
+    pub fn wait_ne(self, expected: u64) -> u64 {
+        self.wait(Cmp::Ne, expected)
+    }
+}
+
+/// An array of signals in symmetric memory (one per peer, per block, per chunk — the kernel decides), and
+/// the pad's launch epoch.
+///
+/// The epoch makes signals reusable without host resets, across launches and CUDA-graph replays: launch
+/// `k` (1-based) of a kernel using the pad sees [`epoch`](SignalPad::epoch) `== k` on every rank, so a
+/// sender adds 1 per launch and the receiver waits for `>= epoch * adds_per_launch`. The kernel advances the
+/// epoch itself with [`advance_epoch`](SignalPad::advance_epoch) at its end.
+#[derive(Debug, Clone, Copy)]
+pub struct SignalPad {
+    raw: RawSym<u64>,
+}
+
+impl SignalPad {
+    /// The pad described by `raw` (its allocation includes the epoch slots, see
+    /// [`SIGNAL_PAD_EPOCH_SLOTS`]).
+    ///
+    /// # Safety
+    ///
+    /// `raw` describes a live symmetric allocation of `raw.len` zero-initialised (or previously used by
+    /// pads) `u64`s on every rank, `raw.len >= SIGNAL_PAD_EPOCH_SLOTS`, with a peer table of `world`
+    /// entries, accessed only through signal operations.
+    #[inline(always)]
+    pub unsafe fn from_raw(raw: RawSym<u64>) -> SignalPad {
+        SignalPad { raw }
+    }
+
+    /// The raw table and length (epoch slots included).
+    #[inline(always)]
+    pub fn raw(&self) -> RawSym<u64> {
+        self.raw
+    }
+
+    /// Signals in the pad (per rank).
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.raw.len.saturating_sub(SIGNAL_PAD_EPOCH_SLOTS)
+    }
+
+    /// Whether the pad has no signals.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Signal `i` of this rank's copy: the one this rank waits on.
+    #[inline(always)]
+    #[track_caller]
+    pub fn local(&self, i: usize) -> Signal {
+        assert!(i < self.len(), "signal index out of bounds of the pad");
+        Signal { ptr: self.raw.local.wrapping_add(i) }
+    }
+
+    /// Signal `i` of rank `rank`'s copy: the one to raise to tell `rank`.
+    #[inline(always)]
+    #[track_caller]
+    pub fn peer(&self, rank: u32, i: usize) -> Signal {
+        assert!(i < self.len(), "signal index out of bounds of the pad");
+        assert!(rank < team::world(), "peer rank out of range of the team");
+        // SAFETY: the host's table has `world` entries, and `rank < world`.
+        let base = unsafe { self.raw.peers.add(rank as usize).read() };
+        Signal { ptr: base.wrapping_add(i) }
+    }
+
+    /// This rank's bookkeeping slot `k` (0: completed launches, 1: blocks done with the current one).
+    #[inline(always)]
+    #[track_caller]
+    fn epoch_slot(&self, k: usize) -> &'static GpuAtomicU64 {
+        assert!(self.raw.len >= SIGNAL_PAD_EPOCH_SLOTS, "signal pad allocated without its epoch slots");
+        // SAFETY: in bounds (checked); the pad's memory outlives the launch and these slots are only
+        // accessed atomically, by this rank alone.
+        unsafe { GpuAtomicU64::from_ptr(self.raw.local.add(self.len() + k)) }
+    }
+
+    /// This launch's epoch: 1 for the first launch that used the pad, then 2, 3, … — the same on every
+    /// rank when all ranks launch the same kernels. Read it before [`advance_epoch`](SignalPad::advance_epoch).
+    #[inline(always)]
+    #[track_caller]
+    pub fn epoch(&self) -> u64 {
+        self.epoch_slot(0).load_relaxed() + 1
+    }
+
+    /// Ends this launch's epoch. Block-collective: every thread of every block calls it once, at the end
+    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). The last block to arrive advances
+    /// the epoch for the next launch (stream order makes it visible there).
+    #[inline(always)]
+    #[track_caller]
+    pub fn advance_epoch(&self) {
+        let done = self.epoch_slot(1);
+        let epoch = self.epoch_slot(0);
+        sync_threads();
+        if thread_rank() == 0 {
+            let arrived = done.fetch_add_acq_rel(1) + 1;
+            if arrived == u64::from(grid_size()) {
+                done.store_relaxed(0);
+                epoch.store_release(epoch.load_relaxed() + 1);
+            }
+        }
+    }
+}
