@@ -1,0 +1,215 @@
+//! The shape of the expansion: which items exist under which `cfg`, their signatures and docs. (Whether the
+//! expansion compiles, runs and rejects misuse is the trybuild suite's job, in the `tests` crate.)
+
+use super::expand;
+use proc_macro2::TokenStream;
+use quote::{ToTokens, quote};
+use syn::{File, Item, ItemFn, ItemMod};
+
+fn file(attr: TokenStream, item: TokenStream) -> File {
+    let out = expand(attr, item);
+    syn::parse2(out.clone()).unwrap_or_else(|e| panic!("expansion does not parse ({e}): {out}"))
+}
+
+fn text(t: &impl ToTokens) -> String {
+    t.to_token_stream().to_string()
+}
+
+fn fns(f: &File) -> Vec<&ItemFn> {
+    f.items.iter().filter_map(|i| if let Item::Fn(f) = i { Some(f) } else { None }).collect()
+}
+
+fn the_mod<'a>(f: &'a File, name: &str) -> &'a ItemMod {
+    f.items.iter().find_map(|i| if let Item::Mod(m) = i { (m.ident == name).then_some(m) } else { None }).unwrap()
+}
+
+fn mod_fn<'a>(m: &'a ItemMod, name: &str) -> &'a ItemFn {
+    let items = &m.content.as_ref().unwrap().1;
+    items.iter().find_map(|i| if let Item::Fn(f) = i { (f.sig.ident == name).then_some(f) } else { None }).unwrap()
+}
+
+fn docs(f: &ItemFn) -> String {
+    f.attrs.iter().filter(|a| a.path().is_ident("doc")).map(text).collect::<Vec<_>>().join("\n")
+}
+
+fn has_attr(f: &ItemFn, attr: &str) -> bool {
+    f.attrs.iter().any(|a| text(a).replace(' ', "") == attr)
+}
+
+const KERNEL: fn() -> TokenStream = || {
+    quote! {
+        /// Scales.
+        pub fn scale(dst: &mut [f32], src: &[f32], mut by: f32, sym: SymSlice<u32>) { dst[0] = src[0] * by; }
+    }
+};
+
+#[test]
+fn device_entry_is_unmangled_ptx_kernel_with_abi_arguments() {
+    let f = file(quote!(), KERNEL());
+    let entry = fns(&f).into_iter().find(|f| f.sig.abi.is_some()).unwrap();
+    assert_eq!(entry.sig.ident, "scale");
+    assert!(has_attr(entry, "#[cfg(target_arch=\"nvptx64\")]"));
+    assert!(has_attr(entry, "#[unsafe(no_mangle)]"));
+    assert_eq!(text(&entry.sig.abi), "extern \"ptx-kernel\"");
+    assert!(entry.sig.unsafety.is_some());
+    let params: Vec<String> = entry.sig.inputs.iter().map(text).collect();
+    assert_eq!(
+        params,
+        [
+            "dst : < & 'static mut [f32] as :: ferrocomm_device :: DeviceParam > :: Abi",
+            "src : < & 'static [f32] as :: ferrocomm_device :: DeviceParam > :: Abi",
+            "by : < f32 as :: ferrocomm_device :: DeviceParam > :: Abi",
+            "sym : < SymSlice < u32 > as :: ferrocomm_device :: DeviceParam > :: Abi",
+        ]
+    );
+    let d = docs(entry);
+    assert!(d.contains("Scales.") && d.contains("# Safety"), "{d}");
+    // The body lives in an inline(always) fn, called with every argument converted.
+    let body = fns(&f).into_iter().find(|f| f.sig.ident == "__ferrocomm_kernel_scale").unwrap();
+    assert!(has_attr(body, "#[inline(always)]") && has_attr(body, "#[cfg(target_arch=\"nvptx64\")]"));
+    assert_eq!(text(&body.sig.inputs), "dst : & mut [f32] , src : & [f32] , mut by : f32 , sym : SymSlice < u32 >");
+    assert_eq!(text(&entry.block).matches("from_abi").count(), 4);
+}
+
+#[test]
+fn host_keeps_the_body_and_adds_the_launch_module() {
+    let f = file(quote!(), KERNEL());
+    let host = fns(&f).into_iter().find(|f| f.sig.ident == "scale" && f.sig.abi.is_none()).unwrap();
+    assert!(has_attr(host, "#[cfg(not(target_arch=\"nvptx64\"))]"));
+    assert_eq!(text(&host.block), text(&syn::parse2::<ItemFn>(KERNEL()).unwrap().block));
+
+    let m = the_mod(&f, "scale");
+    let launch = mod_fn(m, "launch");
+    let params: Vec<String> = launch.sig.inputs.iter().map(text).collect();
+    assert_eq!(
+        params,
+        [
+            "team : & 'a :: ferrocomm :: Team",
+            "cfg : :: ferrocomm :: LaunchConfig",
+            "dst : < & 'static mut [f32] as :: ferrocomm :: LaunchParam > :: Host < 'a >",
+            "src : < & 'static [f32] as :: ferrocomm :: LaunchParam > :: Host < 'a >",
+            "by : < f32 as :: ferrocomm :: LaunchParam > :: Host < 'a >",
+            "sym : < SymSlice < u32 > as :: ferrocomm :: LaunchParam > :: Host < 'a >",
+        ]
+    );
+    assert!(text(&launch.sig.output).contains("LaunchGuard < 'a >"));
+    assert!(launch.sig.unsafety.is_none());
+    assert!(!text(&launch.block).contains("LengthMismatch"));
+
+    let emulate = mod_fn(m, "emulate");
+    assert!(emulate.sig.unsafety.is_some() && docs(emulate).contains("# Safety"));
+    assert_eq!(text(&emulate.block).matches("read_unaligned").count(), 4);
+
+    let stat = text(&m.content.as_ref().unwrap().1.iter().find(|i| matches!(i, Item::Static(_))).unwrap());
+    assert!(stat.contains("module : & crate :: __FERROCOMM_MODULE"), "{stat}");
+    assert!(stat.contains("name : \"scale\"") && stat.contains("waits : true"), "{stat}");
+}
+
+#[test]
+fn options_reach_the_expansion() {
+    let f = file(quote!(no_wait, module = self::MY_MODULE, len(dst) == len(src), len(dst) >= len(sym)), KERNEL());
+    let m = the_mod(&f, "scale");
+    let stat = text(&m.content.as_ref().unwrap().1.iter().find(|i| matches!(i, Item::Static(_))).unwrap());
+    assert!(stat.contains("module : & super :: MY_MODULE") && stat.contains("waits : false"), "{stat}");
+    let launch = text(&mod_fn(m, "launch").block);
+    assert_eq!(launch.matches("LengthMismatch").count(), 2);
+    assert!(launch.contains("relation : \"len(dst) == len(src)\""));
+    assert!(launch.contains("relation : \"len(dst) >= len(sym)\""));
+}
+
+#[test]
+fn by_value_arguments_are_checked_for_copy() {
+    let f = file(quote!(), KERNEL());
+    let consts: Vec<String> = f.items.iter().filter(|i| matches!(i, Item::Const(_))).map(text).collect();
+    assert_eq!(consts.len(), 1);
+    assert!(consts[0].contains("by_value_kernel_arguments_must_be_copy :: < f32 >"));
+    assert!(consts[0].contains("by_value_kernel_arguments_must_be_copy :: < SymSlice < u32 > >"));
+    assert!(!consts[0].contains("[f32]"));
+}
+
+#[test]
+fn unsafe_kernels_have_unsafe_launchers() {
+    let f = file(
+        quote!(),
+        quote!(
+            pub unsafe fn k(x: &[u8]) {}
+        ),
+    );
+    let launch = mod_fn(the_mod(&f, "k"), "launch");
+    assert!(launch.sig.unsafety.is_some() && docs(launch).contains("# Safety"));
+}
+
+#[test]
+fn cfg_attributes_go_on_every_item() {
+    let f = file(
+        quote!(),
+        quote!(
+            #[cfg(feature = "x")]
+            #[allow(unused)]
+            pub fn k(n: u32) {}
+        ),
+    );
+    for item in &f.items {
+        assert!(text(item).contains("# [cfg (feature = \"x\")]"), "{}", text(item));
+    }
+    // Other attributes stay on the functions holding the body.
+    let allow = f.items.iter().filter(|i| text(i).contains("allow (unused)")).count();
+    assert_eq!(allow, 2);
+}
+
+#[test]
+fn errors_keep_the_item() {
+    let out = expand(
+        quote!(),
+        quote!(
+            pub fn k(v: Vec<u8>) -> u8 {
+                0
+            }
+        ),
+    );
+    let s = out.to_string();
+    assert_eq!(s.matches("compile_error").count(), 2, "{s}");
+    assert!(s.ends_with("pub fn k (v : Vec < u8 >) -> u8 { 0 }"), "{s}");
+}
+
+#[test]
+fn raw_identifiers_give_plain_entry_names() {
+    let f = file(
+        quote!(),
+        quote!(
+            pub fn r#loop(n: u32) {}
+        ),
+    );
+    let m = the_mod(&f, "r#loop");
+    let stat = text(&m.content.as_ref().unwrap().1.iter().find(|i| matches!(i, Item::Static(_))).unwrap());
+    assert!(stat.contains("name : \"loop\""), "{stat}");
+    assert!(fns(&f).iter().any(|f| f.sig.ident == "__ferrocomm_kernel_loop"));
+}
+
+#[test]
+fn debug_changes_nothing_but_stderr() {
+    let plain = expand(quote!(no_wait), KERNEL()).to_string();
+    let debug = expand(quote!(no_wait, debug), KERNEL()).to_string();
+    assert_eq!(plain, debug);
+}
+
+#[test]
+fn launcher_docs_say_what_to_pass() {
+    let f = file(
+        quote!(len(dst) == len(src)),
+        quote!(
+            pub fn k(dst: &mut [f32], src: SymSlice<u8>, pad: SignalPad, n: u32) {}
+        ),
+    );
+    let d = docs(mod_fn(the_mod(&f, "k"), "launch"));
+    for line in [
+        "`dst`: `&'a mut SymBuffer<f32>` (the kernel sees this rank's part as a slice)",
+        "`src`: `&'a SymBuffer<u8>`",
+        "`pad`: `&'a SignalPadBuffer`",
+        "`n`: `u32`",
+        "`Error::LengthMismatch` unless `len(dst) == len(src)` holds",
+        "`Error::NotCoResident`",
+    ] {
+        assert!(d.contains(line), "missing {line:?} in {d}");
+    }
+}

@@ -1,0 +1,10 @@
+// Every GPU thread runs the body and the launch is asynchronous: results go into a `&mut [T]`.
+#![allow(unused_variables)]
+use ferrocomm_device::kernel;
+
+#[kernel]
+pub fn sum(src: &[f32]) -> f32 {
+    src.iter().sum()
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+// Host heap types, wherever they appear in an argument's type.
+#![allow(unused_variables)]
+use ferrocomm_device::kernel;
+
+#[kernel]
+pub fn owned(data: Vec<f32>) {}
+
+#[kernel]
+pub fn strings(names: &[String]) {}
+
+fn main() {}
