@@ -162,7 +162,7 @@ golden! {
     lane_id: "golden_lane_id" => ["mov.u32 %r, %laneid;"];
     smid: "golden_smid" => ["mov.u32 %r, %smid;"];
 
-    sync_threads: "golden_sync_threads" => ["bar.sync 0;"];
+    sync_threads: "golden_sync_threads" => ["barrier.sync 0;"];
     sync_warp: "golden_sync_warp" => ["bar.warp.sync %r;"];
 
     shfl_idx: "golden_shfl_idx" => ["shfl.sync.idx.b32 %r, %r, %r, 31, %r;"];
@@ -373,14 +373,14 @@ fn pad_epoch_reads_locally_and_the_last_block_advances_it() {
         "golden_pad_epoch",
         &[
             "ld.relaxed.gpu.u64 %rd, [%rd];",
-            "bar.sync 0;",
+            "barrier.sync 0;",
             "atom.acq_rel.gpu.add.u64 %rd, [%rd], %rd;",
             "st.relaxed.gpu.u64 [%rd], %rd;",
             "st.release.gpu.u64 [%rd], %rd;",
         ],
     ) {
         let pos = |s: &str| blocks.iter().position(|b| b == s).unwrap();
-        assert!(pos("bar.sync 0;") < pos("atom.acq_rel.gpu.add.u64 %rd, [%rd], %rd;"), "sm_{cc}: {blocks:#?}");
+        assert!(pos("barrier.sync 0;") < pos("atom.acq_rel.gpu.add.u64 %rd, [%rd], %rd;"), "sm_{cc}: {blocks:#?}");
     }
 }
 
@@ -442,16 +442,16 @@ fn only_reached_through(body: &str, first: &str, second: &str) -> bool {
 #[test]
 fn block_put_with_signal_copies_then_barrier_then_release_add() {
     let red = "cvta.to.global.u64 %rd, %rd;\nred.release.sys.global.add.u64 [%rd], %rd;";
-    assert_entry_contains("golden_put_signal_block", &[LD_V4, ST_V4, "bar.sync 0;", red]);
+    assert_entry_contains("golden_put_signal_block", &[LD_V4, ST_V4, "barrier.sync 0;", red]);
     for (cc, ptx) in modules() {
         let body = entry(ptx, "golden_put_signal_block");
-        assert!(only_reached_through(body, "bar.sync 0;", red), "sm_{cc}: the signal is raised before the barrier");
+        assert!(only_reached_through(body, "barrier.sync 0;", red), "sm_{cc}: the signal is raised before the barrier");
     }
 }
 
 #[test]
 fn block_put_and_warp_get_use_the_vector_body() {
-    assert_entry_contains("golden_put_block", &[LD_V4, ST_V4, "bar.sync 0;", "ld.global.u8 %rs, [%rd];"]);
+    assert_entry_contains("golden_put_block", &[LD_V4, ST_V4, "barrier.sync 0;", "ld.global.u8 %rs, [%rd];"]);
     assert_entry_contains("golden_get_warp", &[LD_V4, ST_V4, "bar.warp.sync %r;", "mov.u32 %r, %laneid;"]);
 }
 

@@ -91,8 +91,18 @@ impl NestedBuild {
         }
         args.push("--".into());
         args.push("--emit=asm".into());
-        args.push(format!("-Ctarget-cpu={}", self.arch).into());
         args
+    }
+
+    /// The flags every crate of the nested build is compiled with (`core` and the device library too, so
+    /// `cfg(target_feature)` in them sees the architecture): the target CPU, and for sm_90 PTX ISA 8.0, which
+    /// Hopper-only instructions (`fence.proxy.async`) need.
+    pub fn rustflags(&self) -> Vec<String> {
+        let mut flags = vec![format!("-Ctarget-cpu={}", self.arch)];
+        if self.arch.compute_capability() >= 90 {
+            flags.push("-Ctarget-feature=+ptx80".into());
+        }
+        flags
     }
 
     /// The nested build's whole environment, from `outer` (this process's): filtered, with the recursion
@@ -106,6 +116,7 @@ impl NestedBuild {
             })
             .collect();
         env.push((NESTED_ENV.into(), "1".into()));
+        env.push(("CARGO_ENCODED_RUSTFLAGS".into(), self.rustflags().join("\x1f").into()));
         // A missing toolchain must be reported, not silently downloaded in the middle of a build.
         env.push(("RUSTUP_AUTO_INSTALL".into(), "0".into()));
         if let Some(toolchain) = &self.toolchain {
@@ -160,11 +171,10 @@ mod tests {
             "--config profile.release.lto=\"fat\"",
             "--config profile.release.codegen-units=1",
             "--config profile.release.panic=\"abort\"",
-            "-- --emit=asm -Ctarget-cpu=sm_90",
         ] {
             assert!(line.contains(needle), "missing `{needle}` in `{line}`");
         }
-        assert!(line.ends_with("-Ctarget-cpu=sm_90"), "{line}");
+        assert!(line.ends_with("-- --emit=asm"), "{line}");
         assert!(!line.contains("llbc"), "must not need the llvm-bitcode-linker: {line}");
     }
 
@@ -207,7 +217,15 @@ mod tests {
         assert_eq!(lookup(&env, "RUSTUP_AUTO_INSTALL").as_deref(), Some("0"));
         assert_eq!(lookup(&env, "PATH").as_deref(), Some("/bin"));
         assert_eq!(lookup(&env, "RUSTC").as_deref(), Some("/tc/rustc"), "the outer compiler is kept by default");
-        assert!(env.iter().all(|(k, _)| !is_filtered(k.to_str().unwrap())), "{env:?}");
+        assert_eq!(
+            lookup(&env, "CARGO_ENCODED_RUSTFLAGS").as_deref(),
+            Some("-Ctarget-cpu=sm_90\x1f-Ctarget-feature=+ptx80"),
+            "the outer RUSTFLAGS are replaced by the architecture's"
+        );
+        assert!(
+            env.iter().all(|(k, _)| k == "CARGO_ENCODED_RUSTFLAGS" || !is_filtered(k.to_str().unwrap())),
+            "{env:?}"
+        );
     }
 
     #[test]

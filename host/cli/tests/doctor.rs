@@ -1,11 +1,26 @@
 //! The `ferrocomm doctor` binary: a full report where GPUs exist, one sentence and a failing exit code
 //! where they do not — never a panic.
 
+use std::path::PathBuf;
 use std::process::Command;
+
+/// The built `ferrocomm` binary: cargo's path, or, where the tests were copied to another machine without
+/// cargo, the `bin/` folder beside the test executable's folder.
+fn ferrocomm_binary() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_ferrocomm"));
+    if built.is_file() {
+        return built;
+    }
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let staged = exe.parent().and_then(|d| d.parent()).map(|d| d.join("bin/ferrocomm"));
+    staged
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| panic!("no ferrocomm binary at {} or beside the tests", built.display()))
+}
 
 #[test]
 fn doctor_reports_or_fails_with_one_sentence() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrocomm")).arg("doctor").output().expect("the binary runs");
+    let out = Command::new(ferrocomm_binary()).arg("doctor").output().expect("the binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "doctor panicked: {stderr}");
@@ -24,7 +39,7 @@ fn doctor_reports_or_fails_with_one_sentence() {
 
 #[test]
 fn help_lists_the_doctor() {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrocomm")).arg("--help").output().expect("the binary runs");
+    let out = Command::new(ferrocomm_binary()).arg("--help").output().expect("the binary runs");
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("doctor"));
 }

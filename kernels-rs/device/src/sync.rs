@@ -4,14 +4,18 @@
 use core::arch::asm;
 
 /// Waits until every thread of the block reached this barrier, and makes the block's earlier memory
-/// accesses visible to all its threads (`bar.sync 0;`, CUDA's `__syncthreads`). Every thread of the block
+/// accesses visible to all its threads (`barrier.sync 0;`, CUDA's `__syncthreads`). Every thread of the block
 /// must call it (threads that exited no longer count).
 #[inline(always)]
 pub fn sync_threads() {
     #[cfg(target_arch = "nvptx64")]
     {
+        // Not `bar.sync` (= `barrier.sync.aligned`): inline asm cannot be marked convergent, so LLVM may
+        // duplicate the barrier into both arms of a branch (seen: a thread spinning on a signal while the
+        // rest of its warp waits), and the aligned form then deadlocks. The unaligned form may be reached
+        // divergently on sm_70+, and threads that exited (a timed-out wait) no longer hold it up.
         // SAFETY: a barrier; memory is clobbered so no access moves across it.
-        unsafe { asm!("bar.sync 0;", options(nostack)) };
+        unsafe { asm!("barrier.sync 0;", options(nostack)) };
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {

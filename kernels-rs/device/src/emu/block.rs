@@ -1,4 +1,4 @@
-//! One emulated thread block: its barrier (`bar.sync 0`), its warps and its shared memory.
+//! One emulated thread block: its barrier (`barrier.sync 0`), its warps and its shared memory.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -116,7 +116,7 @@ impl Block {
         }
     }
 
-    /// `bar.sync 0`: waits until every live thread of the block has arrived. Threads that exited no longer
+    /// `barrier.sync 0`: waits until every live thread of the block has arrived. Threads that exited no longer
     /// count, so a thread that ended on a timeout cannot hang the rest of its block.
     pub(crate) fn sync(&self, launch: &Launch) -> Result<(), Trapped> {
         let mut st = lock(&self.barrier);

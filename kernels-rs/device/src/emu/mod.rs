@@ -156,7 +156,7 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
     thread::current().block.static_shared(name, bytes, align)
 }
 
-/// The host side of `bar.sync 0`.
+/// The host side of `barrier.sync 0`.
 pub(crate) fn block_sync() {
     let t = thread::current();
     if t.block.sync(&t.launch).is_err() {
