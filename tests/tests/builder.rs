@@ -54,6 +54,7 @@ pub unsafe extern "ptx-kernel" fn signal_release(flag: *mut u32, value: u32) {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn scale(data: *mut f32, len: usize, by: f32) {
+    let forwarded_warning = 1;
     let i: u32;
     unsafe { core::arch::asm!("mov.u32 {i}, %tid.x;", i = out(reg32) i) };
     let i = i as usize;
@@ -89,6 +90,12 @@ fn builds_a_kernels_crate_from_scratch_for_each_arch() {
         assert!(ptx.contains("st.release.sys.u32"), "the inline asm is missing");
     }
     assert!(built.sources.iter().any(|s| s.ends_with("src/lib.rs")), "dep-info lost: {:?}", built.sources);
+    assert!(
+        built.warnings.iter().any(|w| w.contains("unused variable") && w.contains("forwarded_warning")),
+        "the nested compiler's warning must come back once, rendered: {:?}",
+        built.warnings
+    );
+    assert_eq!(built.warnings.len(), 1, "one warning, not one per arch: {:?}", built.warnings);
 
     let include = fs::read_to_string(out.path().join(ferrocomm_builder::INCLUDE_FILE)).unwrap();
     assert!(include.contains("(80u32, include_str!(") && include.contains("(90u32, include_str!("), "{include}");
