@@ -1,0 +1,3 @@
+fn main() {
+    ferrocomm_builder::build_script()
+}
