@@ -1,1 +1,0 @@
-//! Runnable examples: see `examples/*.rs`.
