@@ -1,15 +1,62 @@
-//! Communication kernels.
+//! `ferrocomm-kernels`: the communication library, written in ferrocomm's device DSL — point-to-point
+//! (put, get, ping-pong), barrier, broadcast, all-gather, reduce-scatter, all-reduce and all-to-all — and
+//! its host API.
+//!
+//! ```no_run
+//! use ferrocomm::{SymBuffer, Team};
+//! use ferrocomm_device::bf16;
+//! use ferrocomm_kernels::{Communicator, Op};
+//!
+//! # fn main() -> Result<(), ferrocomm_kernels::CommError> {
+//! let team = Team::from_env()?; // every GPU, or the CPU emulator
+//! let mut comm = Communicator::new(&team)?;
+//! let mut grads = SymBuffer::from_host(&team, &vec![bf16::from_f32(1.0); 1 << 20])?;
+//! comm.all_reduce(&mut grads, Op::Sum)?.wait()?; // LL, one-shot push or two-shot, by size
+//! assert_eq!(grads.to_host(0)?[0].to_f32(), team.world() as f32);
+//! # Ok(()) }
+//! ```
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`kernels`] | the `#[kernel]`s: PTX entries, emulator bodies, typed launchers |
+//! | [`layout`] | what host and kernels agree on: limits, signal indices, LL regions, plans |
+//! | [`element`] | `f32` / `f16` / `bf16` and the reduction operators, `f32` accumulation |
+//! | [`vector`] | 16-byte vector access with tails and misalignment handled |
+//! | `host` | [`Communicator`], [`Tuning`], algorithm choice, [`reference`](mod@reference), [`verify`] (host only) |
+//!
+//! Algorithms by size (bytes per rank; thresholds in [`Tuning`], GPU defaults shown):
+//!
+//! | call | small | mid | large |
+//! | --- | --- | --- | --- |
+//! | all-reduce | LL one-shot, ≤ 128 KiB | one-shot push, ≤ 4 MiB (1 MiB above 2 ranks) | two-shot |
+//! | broadcast, all-gather, all-to-all (per message) | LL, ≤ 64 KiB | staged, ≤ the one-shot limit | direct |
+//! | reduce-scatter | two-shot | | |
+//!
+//! Grids: one kernel per call, every block co-resident (at most the SMs each rank may use, and at most
+//! [`layout::MAX_BLOCKS`]); latency kernels (LL, one-shot, staged) use one 16-byte vector per thread of
+//! 256-thread blocks, bandwidth kernels (two-shot, direct) four; put and get use at most 32 blocks of 512
+//! threads; the barrier one warp, ping-pong one thread (one warp for LL).
+//!
+//! Memory ordering: data moves with weak 16-byte accesses; small messages are guarded by LL flags that
+//! travel in the same store, larger ones by release/acquire signals per block. Every signal and flag is
+//! derived from a signal pad's device-resident epoch, so back-to-back launches and CUDA-graph replays need
+//! no reset and no host involvement.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, asm_experimental_arch))]
-use ferrocomm_device::abi::RawSym;
-extern crate ferrocomm_device;
 
-#[cfg(target_arch = "nvptx64")]
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn probe(s: RawSym<u32>, v: u32) {
-    unsafe { *s.local.add(1) = v + s.len as u32 };
-}
+pub mod element;
+pub mod kernels;
+pub mod layout;
+pub mod vector;
 
-/// PTX
 #[cfg(not(target_arch = "nvptx64"))]
-pub static PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs"));
+mod host;
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub use host::{
+    Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, Tuning,
+    reference, verify,
+};
+
+#[cfg(not(target_arch = "nvptx64"))]
+ferrocomm::kernel_module!();

@@ -1,0 +1,194 @@
+//! [`Tuning`]: grid sizes, algorithm thresholds and buffer capacities, with defaults for the GPUs a team
+//! runs on (sized from their SM count) and for the CPU emulator (tiny grids, tiny buffers, so its tests run
+//! every path — segmented two-shot included — in little time).
+
+use ferrocomm::{Backend, Device, Team};
+
+use super::CommError;
+use crate::layout::{MAX_BLOCKS, MAX_WORLD, VECTOR_BYTES};
+
+/// How the collectives size their grids and choose their algorithms. Every field may be changed before
+/// [`Communicator::with_tuning`](super::Communicator::with_tuning); the defaults come from
+/// [`Tuning::for_team`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tuning {
+    /// Threads per block of the bandwidth kernels (two-shot, direct exchange, put, get): a multiple of 32.
+    pub threads: u32,
+    /// Threads per block of the LL kernels (LL all-reduce, LL exchange): a multiple of 32.
+    pub ll_threads: u32,
+    /// Most blocks per rank of any kernel that waits (all of them): at most the SMs a rank may use, so the
+    /// grid is co-resident, and at most [`MAX_BLOCKS`].
+    pub max_blocks: u32,
+    /// Blocks of put and get (the bandwidth target is met with at most 32 SMs).
+    pub put_blocks: u32,
+    /// Threads per block of put and get: with few blocks, many threads keep enough loads in flight.
+    pub put_threads: u32,
+    /// 16-byte vectors each thread of a bandwidth kernel should move before the grid grows by a block.
+    pub vectors_per_thread: u32,
+    /// The same for the latency kernels (LL all-reduce, one-shot push, LL exchange): fewer vectors per
+    /// thread spread a message over more SMs, which shortens each block's release.
+    pub ll_vectors_per_thread: u32,
+    /// All-reduce messages of at most this many bytes use the LL one-shot.
+    pub ll_all_reduce_max_bytes: usize,
+    /// All-reduce messages above the LL limit and up to this many bytes use the one-shot push (it stages
+    /// `2 * world` copies of this size per rank); larger ones the two-shot.
+    pub one_shot_max_bytes: usize,
+    /// Broadcast, all-gather and all-to-all messages (per destination) of at most this many bytes travel
+    /// as LL packets; larger ones by direct stores.
+    pub ll_exchange_max_bytes: usize,
+    /// Two-shot scratch per rank, in bytes: `world` slots; larger messages run in several segments.
+    pub scratch_bytes: usize,
+}
+
+/// Bytes of two-shot scratch per rank on GPUs: slots of 32 MiB on two ranks, so a 256 MiB all-reduce runs
+/// in four segments.
+const GPU_SCRATCH_BYTES: usize = 64 << 20;
+
+impl Tuning {
+    /// Defaults for `team`: on GPUs, blocks up to the SMs each rank may use (the SM count of its GPU divided
+    /// by the ranks sharing it); on the emulator, two blocks of one warp and buffers of a few hundred bytes.
+    pub fn for_team(team: &Team) -> Result<Tuning, CommError> {
+        match team.backend() {
+            Backend::Emulator => Ok(Tuning::emulator()),
+            Backend::Cuda => Ok(Tuning::gpu(sms_per_rank(team)?, team.world())),
+        }
+    }
+
+    /// GPU defaults for `world` ranks that may each use `sms` multiprocessors. The one-shot push sends
+    /// `world - 1` copies of the message per rank where the two-shot sends about two, so its range shrinks
+    /// as the team grows.
+    pub fn gpu(sms: u32, world: usize) -> Tuning {
+        let max_blocks = sms.clamp(1, MAX_BLOCKS as u32);
+        Tuning {
+            threads: 256,
+            ll_threads: 256,
+            max_blocks,
+            put_blocks: max_blocks.min(32),
+            put_threads: 512,
+            vectors_per_thread: 4,
+            ll_vectors_per_thread: 1,
+            ll_all_reduce_max_bytes: 128 << 10,
+            one_shot_max_bytes: if world <= 2 { 4 << 20 } else { 1 << 20 },
+            ll_exchange_max_bytes: 64 << 10,
+            scratch_bytes: GPU_SCRATCH_BYTES,
+        }
+    }
+
+    /// Emulator defaults: small enough that the CPU runs every path quickly, with thresholds low enough
+    /// that modest test sizes exercise both algorithms and several two-shot segments.
+    pub fn emulator() -> Tuning {
+        Tuning {
+            threads: 32,
+            ll_threads: 32,
+            max_blocks: 2,
+            put_blocks: 2,
+            put_threads: 32,
+            vectors_per_thread: 2,
+            ll_vectors_per_thread: 1,
+            ll_all_reduce_max_bytes: 256,
+            one_shot_max_bytes: 1024,
+            ll_exchange_max_bytes: 256,
+            scratch_bytes: 2048,
+        }
+    }
+
+    /// Checks every field against what the kernels need for a team of `world` ranks.
+    pub fn validate(&self, world: usize) -> Result<(), CommError> {
+        let bad = |reason: String| Err(CommError::BadTuning { reason });
+        for (name, threads) in
+            [("threads", self.threads), ("ll_threads", self.ll_threads), ("put_threads", self.put_threads)]
+        {
+            if threads == 0 || threads % 32 != 0 || threads > 1024 {
+                return bad(format!("{name} = {threads}; use a multiple of 32 between 32 and 1024"));
+            }
+        }
+        for (name, blocks) in [("max_blocks", self.max_blocks), ("put_blocks", self.put_blocks)] {
+            if blocks == 0 {
+                return bad(format!("{name} = 0; at least one block is needed"));
+            }
+            if blocks as usize > MAX_BLOCKS {
+                return Err(CommError::too_many_blocks(name, blocks));
+            }
+        }
+        if self.vectors_per_thread == 0 || self.ll_vectors_per_thread == 0 {
+            return bad("vectors_per_thread and ll_vectors_per_thread must be at least 1".into());
+        }
+        if world > MAX_WORLD {
+            return Err(CommError::WorldTooLarge { world });
+        }
+        if self.scratch_bytes < world * VECTOR_BYTES {
+            return bad(format!(
+                "scratch_bytes = {}; the two-shot needs at least one 16-byte vector per rank ({} bytes)",
+                self.scratch_bytes,
+                world * VECTOR_BYTES
+            ));
+        }
+        Ok(())
+    }
+
+    /// Blocks for a bandwidth kernel moving `vectors` 16-byte vectors per rank with `threads` threads per
+    /// block: enough for `vectors_per_thread` each, at most `cap`.
+    pub(crate) fn blocks_for(&self, vectors: usize, threads: u32, cap: u32) -> u32 {
+        grid(vectors, threads, self.vectors_per_thread, cap)
+    }
+
+    /// [`Tuning::blocks_for`] for a latency kernel (`ll_vectors_per_thread`).
+    pub(crate) fn ll_blocks_for(&self, vectors: usize, threads: u32, cap: u32) -> u32 {
+        grid(vectors, threads, self.ll_vectors_per_thread, cap)
+    }
+}
+
+fn grid(vectors: usize, threads: u32, per_thread: u32, cap: u32) -> u32 {
+    let per_block = threads as usize * per_thread as usize;
+    vectors.div_ceil(per_block).clamp(1, cap.max(1) as usize) as u32
+}
+
+/// The multiprocessors each rank may fill with co-resident blocks: the fewest over the team's GPUs, each
+/// GPU's count divided by the ranks sharing it.
+fn sms_per_rank(team: &Team) -> Result<u32, CommError> {
+    let devices: Vec<Device> = (0..team.world()).map(|r| team.device(r)).collect::<Result<_, _>>()?;
+    let mut fewest = u32::MAX;
+    for device in &devices {
+        let sharing = devices.iter().filter(|d| *d == device).count() as u32;
+        let sms = match device {
+            Device::Cuda { ordinal } => ferrocomm::system::gpu(*ordinal)?.multiprocessors,
+            Device::Emulated { .. } => 2,
+        };
+        fewest = fewest.min((sms / sharing).max(1));
+    }
+    Ok(fewest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Tuning::gpu(132, 8).validate(8).unwrap();
+        Tuning::emulator().validate(4).unwrap();
+        assert_eq!(Tuning::gpu(132, 2).put_blocks, 32);
+        assert_eq!(Tuning::gpu(1000, 2).max_blocks, MAX_BLOCKS as u32);
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let mut t = Tuning::emulator();
+        t.threads = 48;
+        assert!(t.validate(2).unwrap_err().to_string().contains("threads = 48"));
+        let mut t = Tuning::emulator();
+        t.max_blocks = 1000;
+        assert!(t.validate(2).unwrap_err().to_string().contains("max_blocks = 1000"));
+        assert!(matches!(Tuning::emulator().validate(9), Err(CommError::WorldTooLarge { world: 9 })));
+    }
+
+    #[test]
+    fn grids_grow_with_work_up_to_the_cap() {
+        let t = Tuning::gpu(132, 2);
+        assert_eq!(t.ll_blocks_for(4096, 256, 132), 16);
+        assert_eq!(t.blocks_for(0, 256, 132), 1);
+        assert_eq!(t.blocks_for(1024, 256, 132), 1);
+        assert_eq!(t.blocks_for(1025, 256, 132), 2);
+        assert_eq!(t.blocks_for(1 << 30, 256, 132), 132);
+    }
+}

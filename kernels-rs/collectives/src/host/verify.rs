@@ -1,0 +1,333 @@
+//! Correctness scenarios, written once and run on the emulator (CI), on the GPUs (the GPU test suite) and by
+//! the benchmark before it times anything: each fills inputs with a deterministic pattern, runs a
+//! collective through a [`Communicator`], reads every rank's result back and compares it with the CPU
+//! [`reference`](super::reference), reporting the first differing element.
+
+use std::fmt::Debug;
+use std::mem::size_of;
+
+use ferrocomm::{DeviceCopy, SymBuffer};
+use ferrocomm_device::{bf16, f16};
+
+use super::{Algorithm, CommError, Communicator, Op, Reducible, Route, reference};
+
+/// A scenario's failure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VerifyError {
+    /// The collective (or the runtime under it) failed.
+    #[error(transparent)]
+    Comm(#[from] CommError),
+    /// A rank holds a wrong value.
+    #[error("{what}: rank {rank}, element {index}: expected {expected}, found {found}")]
+    Mismatch {
+        /// The scenario and its parameters.
+        what: String,
+        /// The rank holding the wrong value.
+        rank: usize,
+        /// The element's index in that rank's buffer.
+        index: usize,
+        /// The reference value.
+        expected: String,
+        /// The value found.
+        found: String,
+    },
+}
+
+impl From<ferrocomm::Error> for VerifyError {
+    fn from(e: ferrocomm::Error) -> Self {
+        VerifyError::Comm(CommError::Runtime(e))
+    }
+}
+
+/// Values the scenarios fill buffers with: derived from a hash, small and exact in every type (multiples
+/// of 1/4 in `-2 ..= 2` for floats), so sums of a few ranks are exact too.
+pub trait Sample: DeviceCopy + PartialEq + Debug {
+    /// The value for hash `h`.
+    fn sample(h: u64) -> Self;
+}
+
+macro_rules! sample_int {
+    ($($t:ty),*) => { $(
+        impl Sample for $t {
+            fn sample(h: u64) -> $t {
+                h as $t
+            }
+        }
+    )* };
+}
+sample_int!(u8, u16, u32, u64);
+
+fn quarter(h: u64) -> f32 {
+    (h % 17) as f32 / 4.0 - 2.0
+}
+
+impl Sample for f32 {
+    fn sample(h: u64) -> f32 {
+        quarter(h)
+    }
+}
+
+impl Sample for bf16 {
+    fn sample(h: u64) -> bf16 {
+        bf16::from_f32(quarter(h))
+    }
+}
+
+impl Sample for f16 {
+    fn sample(h: u64) -> f16 {
+        f16::from_f32(quarter(h))
+    }
+}
+
+/// SplitMix64 of the seed, rank and index.
+fn hash(seed: u64, rank: usize, index: usize) -> u64 {
+    let mut z = seed ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64) << 20;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Rank `rank`'s `len` input values for `seed`.
+pub fn pattern<T: Sample>(seed: u64, rank: usize, len: usize) -> Vec<T> {
+    (0..len).map(|i| T::sample(hash(seed, rank, i))).collect()
+}
+
+fn compare<T: Debug + PartialEq>(what: &str, rank: usize, expected: &[T], found: &[T]) -> Result<(), VerifyError> {
+    if expected.len() != found.len() {
+        return Err(VerifyError::Mismatch {
+            what: format!("{what} (length)"),
+            rank,
+            index: expected.len().min(found.len()),
+            expected: format!("{} elements", expected.len()),
+            found: format!("{} elements", found.len()),
+        });
+    }
+    match expected.iter().zip(found).position(|(e, f)| e != f) {
+        None => Ok(()),
+        Some(index) => Err(VerifyError::Mismatch {
+            what: what.to_owned(),
+            rank,
+            index,
+            expected: format!("{:?}", expected[index]),
+            found: format!("{:?}", found[index]),
+        }),
+    }
+}
+
+/// Fills rank `r` of `buf` with `pattern(seed, r)` and returns the inputs.
+fn fill<T: Sample>(buf: &mut SymBuffer<T>, seed: u64) -> Result<Vec<Vec<T>>, VerifyError> {
+    let inputs: Vec<Vec<T>> = (0..buf.world()).map(|r| pattern(seed, r, buf.len())).collect();
+    for (rank, data) in inputs.iter().enumerate() {
+        buf.copy_from_host(rank, data)?;
+    }
+    Ok(inputs)
+}
+
+/// All-reduce of `len` elements with `op` (by `algorithm`, or the size's default), `repeat` times in a row
+/// on the same buffer with fresh inputs each time (which exercises the epochs).
+pub fn all_reduce<T: Reducible + Sample>(
+    comm: &mut Communicator<'_>,
+    len: usize,
+    op: Op,
+    algorithm: Option<Algorithm>,
+    repeat: usize,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let mut buf = SymBuffer::<T>::new(comm.team(), len)?;
+    for round in 0..repeat {
+        let seed = seed.wrapping_add(round as u64);
+        let inputs = fill(&mut buf, seed)?;
+        let algorithm = algorithm.unwrap_or_else(|| comm.all_reduce_algorithm(len * size_of::<T>()));
+        comm.all_reduce_with(&mut buf, op, algorithm)?.wait()?;
+        let expected = reference::all_reduce(&inputs, op);
+        let what = format!("all-reduce {} x {len} {op:?} {algorithm:?} round {round}", T::NAME);
+        for rank in 0..buf.world() {
+            compare(&what, rank, &expected, &buf.to_host(rank)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reduce-scatter of `world * chunk` elements with `op`.
+pub fn reduce_scatter<T: Reducible + Sample>(
+    comm: &mut Communicator<'_>,
+    chunk: usize,
+    op: Op,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let world = comm.world();
+    let mut input = SymBuffer::<T>::new(comm.team(), world * chunk)?;
+    let inputs = fill(&mut input, seed)?;
+    let mut output = SymBuffer::<T>::new(comm.team(), chunk)?;
+    comm.reduce_scatter(&input, &mut output, op)?.wait()?;
+    let expected = reference::reduce_scatter(&inputs, op);
+    let what = format!("reduce-scatter {} x {chunk} per rank {op:?}", T::NAME);
+    for (rank, expected) in expected.iter().enumerate() {
+        compare(&what, rank, expected, &output.to_host(rank)?)?;
+    }
+    Ok(())
+}
+
+/// All-gather of `len` elements per rank.
+pub fn all_gather<T: Sample>(comm: &mut Communicator<'_>, len: usize, seed: u64) -> Result<(), VerifyError> {
+    let world = comm.world();
+    let mut input = SymBuffer::<T>::new(comm.team(), len)?;
+    let inputs = fill(&mut input, seed)?;
+    let mut output = SymBuffer::<T>::new(comm.team(), world * len)?;
+    fill(&mut output, !seed)?;
+    comm.all_gather(&input, &mut output)?.wait()?;
+    let expected = reference::all_gather(&inputs);
+    let what = format!("all-gather {len} per rank");
+    for rank in 0..world {
+        compare(&what, rank, &expected, &output.to_host(rank)?)?;
+    }
+    Ok(())
+}
+
+/// Broadcast of `len` elements from `root` (the other ranks start with different values).
+pub fn broadcast<T: Sample>(
+    comm: &mut Communicator<'_>,
+    len: usize,
+    root: usize,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let mut buf = SymBuffer::<T>::new(comm.team(), len)?;
+    let inputs = fill(&mut buf, seed)?;
+    comm.broadcast(&mut buf, root)?.wait()?;
+    let expected = reference::broadcast(&inputs, root);
+    let what = format!("broadcast {len} from {root}");
+    for rank in 0..buf.world() {
+        compare(&what, rank, &expected, &buf.to_host(rank)?)?;
+    }
+    Ok(())
+}
+
+/// All-to-all where rank `r` sends `counts[r][q]` rows of `row_len` elements to rank `q`, into slots of
+/// `cap_rows` rows. Rows beyond a slot's count must keep their old contents.
+pub fn all_to_all<T: Sample>(
+    comm: &mut Communicator<'_>,
+    counts: &[Vec<u32>],
+    row_len: usize,
+    cap_rows: usize,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let world = comm.world();
+    let team = comm.team();
+    let rows = counts.iter().map(|c| c.iter().map(|&n| n as usize).sum::<usize>()).max().unwrap_or(0);
+    let mut send = SymBuffer::<T>::new(team, rows * row_len)?;
+    let sends = fill(&mut send, seed)?;
+    let mut send_counts = SymBuffer::<u32>::new(team, world)?;
+    for (rank, c) in counts.iter().enumerate() {
+        send_counts.copy_from_host(rank, c)?;
+    }
+    let mut recv = SymBuffer::<T>::new(team, world * cap_rows * row_len)?;
+    let before = fill(&mut recv, !seed)?;
+    let mut recv_counts = SymBuffer::<u32>::new(team, world)?;
+    recv_counts.fill(u32::MAX)?;
+    comm.all_to_all(&send, &send_counts, &mut recv, &mut recv_counts, row_len, cap_rows)?.wait()?;
+    let expected = reference::all_to_all(&sends, counts, row_len);
+    let what = format!("all-to-all {counts:?} rows of {row_len}, capacity {cap_rows}");
+    for (rank, received) in expected.iter().enumerate() {
+        compare(&format!("{what} (counts)"), rank, &received.counts, &recv_counts.to_host(rank)?)?;
+        let mut want = before[rank].clone();
+        for (src, rows) in received.rows.iter().enumerate() {
+            let at = src * cap_rows * row_len;
+            want[at..at + rows.len()].copy_from_slice(rows);
+        }
+        compare(&what, rank, &want, &recv.to_host(rank)?)?;
+    }
+    Ok(())
+}
+
+/// Put (`get == false`) or get of `len` elements along `route`; ranks that receive nothing keep their
+/// destination unchanged.
+pub fn put_or_get<T: Sample>(
+    comm: &mut Communicator<'_>,
+    len: usize,
+    dst_len: usize,
+    route: Route,
+    get: bool,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let world = comm.world();
+    let mut src = SymBuffer::<T>::new(comm.team(), len)?;
+    let sources = fill(&mut src, seed)?;
+    let mut dst = SymBuffer::<T>::new(comm.team(), dst_len)?;
+    let before = fill(&mut dst, !seed)?;
+    if get {
+        comm.get(&mut dst, &src, route)?.wait()?;
+    } else {
+        comm.put(&src, &mut dst, route)?.wait()?;
+    }
+    // (writer or reader, the rank whose `src` it copies, the rank whose `dst` changes)
+    let pairs: Vec<(usize, usize)> = match route {
+        Route::Pair { from, to } if get => vec![(to, from)],
+        Route::Pair { from, to } => vec![(from, to)],
+        Route::Shift(k) if get => (0..world).map(|r| ((r + k) % world, r)).collect(),
+        Route::Shift(k) => (0..world).map(|r| (r, (r + k) % world)).collect(),
+    };
+    let what = format!("{} of {len} into {dst_len} along {route:?}", if get { "get" } else { "put" });
+    for (rank, before) in before.iter().enumerate() {
+        let mut want = before.clone();
+        if let Some(&(source, _)) = pairs.iter().find(|&&(_, d)| d == rank) {
+            let n = len.min(dst_len);
+            want[..n].copy_from_slice(&sources[source][..n]);
+        }
+        compare(&what, rank, &want, &dst.to_host(rank)?)?;
+    }
+    Ok(())
+}
+
+/// `per_graph` all-reduces (sum) of `len` elements captured into one graph and replayed `replays` times,
+/// with fresh inputs before each replay. After every `check_every`-th replay (and the last) the whole
+/// buffer is compared with the reference applied `per_graph` times; after the others, 16 sampled elements.
+pub fn all_reduce_graph<T: Reducible + Sample>(
+    comm: &mut Communicator<'_>,
+    len: usize,
+    per_graph: usize,
+    replays: usize,
+    check_every: usize,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let team = comm.team();
+    let world = team.world();
+    let mut buf = SymBuffer::<T>::new(team, len)?;
+    let graph = comm.capture(|comm| {
+        for _ in 0..per_graph {
+            comm.all_reduce(&mut buf, Op::Sum)?.wait()?;
+        }
+        Ok(())
+    })?;
+    for replay in 0..replays {
+        let seed = seed.wrapping_add(replay as u64);
+        let inputs: Vec<Vec<T>> = (0..world).map(|r| pattern(seed, r, len)).collect();
+        for (rank, data) in inputs.iter().enumerate() {
+            buf.copy_from_host(rank, data)?;
+        }
+        graph.replay()?.wait()?;
+        let full = replay % check_every.max(1) == 0 || replay + 1 == replays;
+        let indices: Vec<usize> =
+            if full { (0..len).collect() } else { (0..16).map(|i| hash(seed, i, 7) as usize % len.max(1)).collect() };
+        let expected: Vec<T> = indices.iter().map(|&i| iterate_sum(&inputs, i, per_graph)).collect();
+        let what = format!("graph of {per_graph} all-reduces {} x {len}, replay {replay}", T::NAME);
+        for rank in 0..world {
+            let found = buf.to_host(rank)?;
+            let found: Vec<T> = if len == 0 { Vec::new() } else { indices.iter().map(|&i| found[i]).collect() };
+            let expected = if len == 0 { Vec::new() } else { expected.clone() };
+            compare(&what, rank, &expected, &found)?;
+        }
+    }
+    Ok(())
+}
+
+/// Element `i` after `times` sum all-reduces of `inputs`.
+fn iterate_sum<T: Reducible>(inputs: &[Vec<T>], i: usize, times: usize) -> T {
+    let world = inputs.len();
+    let mut column: Vec<Vec<T>> = inputs.iter().map(|v| vec![v[i]]).collect();
+    for _ in 0..times {
+        let reduced = reference::all_reduce(&column, Op::Sum);
+        column = vec![reduced; world];
+    }
+    column[0][0]
+}

@@ -1,0 +1,95 @@
+//! One-shot LL all-reduce, the small-message path: one kernel, one one-way trip, no fence, no barrier.
+//!
+//! Every thread owns some 16-byte vectors of the buffer. For each, it sends the vector as two LL packets
+//! (8 data bytes + the launch's flag twice, one 16-byte store each) into every peer's LL region
+//! `(epoch parity, this rank)`; then, for each vector again, it polls its own regions `(parity, peer)` until
+//! both packets from every peer carry the flag, reduces the values in rank order with its own input and
+//! stores the result in place. The same thread sends and overwrites a vector, so no input is overwritten
+//! before it was sent.
+//!
+//! Reuse without resets: the flag is `ll_flag(epoch)` of the pad, the same on every rank, and regions
+//! alternate by epoch parity. A rank that writes parity `p` at epoch `e + 2` has finished epoch `e + 1`,
+//! whose packets from every peer it received — so every peer had started `e + 1`, hence finished reading
+//! parity `p` at epoch `e`. Stale packets carry older flags and are never mistaken for new ones.
+
+use ferrocomm_device::kernel;
+use ferrocomm_device::ll::{ll_flag, ll_store};
+use ferrocomm_device::prelude::*;
+
+use super::poll_ll_vector;
+use crate::element::{Element, ReduceOp, reduce_ranks};
+use crate::layout::ll_region;
+use crate::vector::Region;
+
+/// The LL all-reduce of `data` in place (see the module documentation); `ll` holds `2 * world *
+/// slot_packets` packets and each region at least two packets per vector of `data`.
+#[inline(always)]
+#[track_caller]
+fn all_reduce_ll<T: Element, O: ReduceOp>(
+    data: SymSliceMut<T>,
+    ll: SymSliceMut<LlPacket>,
+    pad: SignalPad,
+    slot: usize,
+) {
+    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    assert!(2 * world * slot <= ll.len(), "LL buffer smaller than the regions asked for");
+    let epoch = pad.epoch();
+    let (flag, parity) = (ll_flag(epoch), epoch & 1);
+    // SAFETY: this rank's copy of `data`; vector `k` is read and written by one thread only.
+    let local = unsafe { Region::new(data.local().as_ptr(), data.len()) };
+    let vectors = local.vectors();
+    assert!(2 * vectors.max(1) <= slot, "message larger than an LL region");
+    // An empty message still exchanges one (empty) vector: every launch on the pad must hear from every
+    // peer, or a rank could run two launches ahead and reuse a parity a peer is still reading.
+    let exchanged = vectors.max(1);
+    let (first, stride) = (global_thread_idx(), global_threads());
+
+    let mut k = first;
+    while k < exchanged {
+        // SAFETY: `k < vectors` when loaded.
+        let v = if k < vectors { unsafe { local.load(k) } } else { [0; 4] };
+        let lo = LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag };
+        let hi = LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag };
+        for peer in (0..world).filter(|&q| q != rank) {
+            let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot) + 2 * k, 2);
+            // SAFETY: two packets inside the peer's region (the slice checked it); packets are 16-byte
+            // aligned in the LL buffer, and only this thread writes them in this launch.
+            unsafe {
+                ll_store(region.as_ptr(), lo);
+                ll_store(region.as_ptr().add(1), hi);
+            }
+        }
+        k += stride;
+    }
+
+    let mut k = first;
+    while k < exchanged {
+        // SAFETY: `k < vectors` when loaded; this thread sent vector `k` above, before overwriting it below.
+        let own = if k < vectors { unsafe { local.load(k) } } else { [0; 4] };
+        let v = reduce_ranks::<T, O>(world, rank, own, |p| {
+            poll_ll_vector(ll.local().slice(ll_region(parity, p, world, slot) + 2 * k, 2).as_const(), flag)
+        });
+        if k < vectors {
+            // SAFETY: `k < vectors`, this thread's vector.
+            unsafe { local.store(k, v) };
+        }
+        k += stride;
+    }
+    pad.advance_epoch();
+}
+
+macro_rules! all_reduce_ll_kernels {
+    ($($name:ident: $t:ty),* $(,)?) => { $(
+        #[doc = concat!("One-shot LL all-reduce of `", stringify!($t), "` `data` in place, with the [`op_code`]")]
+        /// `op`; `ll` is the LL buffer, `2 * world * slot_packets` packets (see the module documentation).
+        /// Launch enough threads for one per 16-byte vector or fewer (they stride), every block co-resident.
+        ///
+        /// [`op_code`]: crate::layout::op_code
+        #[kernel]
+        pub fn $name(data: SymSliceMut<$t>, ll: SymSliceMut<LlPacket>, pad: SignalPad, op: u32, slot_packets: u64) {
+            crate::with_op!(op, O => all_reduce_ll::<$t, O>(data, ll, pad, slot_packets as usize))
+        }
+    )* };
+}
+
+all_reduce_ll_kernels!(all_reduce_ll_f32: f32, all_reduce_ll_f16: f16, all_reduce_ll_bf16: bf16);

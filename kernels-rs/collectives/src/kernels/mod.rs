@@ -1,0 +1,74 @@
+//! The kernels, one module per family. Each `#[kernel]` is a PTX entry on the GPU and, on the host, an
+//! emulator body plus a typed launcher (`<kernel>::launch`); the host API
+//! ([`Communicator`](crate::Communicator)) launches them for you.
+//!
+//! | module | kernels |
+//! | --- | --- |
+//! | [`barrier`] | `barrier` |
+//! | [`p2p`] | `ping_pong`, `ping_pong_ll`, `put_signal`, `get` |
+//! | [`exchange`] | `exchange_ll`, `exchange_staged`, `exchange_direct`: broadcast, all-gather, all-to-all |
+//! | [`all_reduce_ll`] | `all_reduce_ll_{f32,f16,bf16}`: one-shot LL all-reduce for small messages |
+//! | [`one_shot`] | `one_shot_{f32,f16,bf16}`: one-shot push all-reduce for mid-size messages |
+//! | [`two_shot`] | `two_shot_{f32,f16,bf16}`: all-reduce for large messages, reduce-scatter |
+//! | [`proxy`] | the device side of the host-proxy baseline (descriptor ring), and a device clock stamp |
+
+pub mod all_reduce_ll;
+pub mod barrier;
+pub mod exchange;
+pub mod one_shot;
+pub mod p2p;
+pub mod proxy;
+pub mod two_shot;
+
+use ferrocomm_device::prelude::*;
+
+/// Polls of a spin wait before it falls back to the library wait (back-off and timeout): on the GPU long
+/// enough to cover a peer's round trip without ever sleeping on the latency-critical path; in the emulator
+/// short, because spinning host threads take the CPU from the threads they wait for.
+#[cfg(target_arch = "nvptx64")]
+const SPIN_POLLS: u32 = 1 << 14;
+#[cfg(not(target_arch = "nvptx64"))]
+const SPIN_POLLS: u32 = 64;
+
+/// Waits until `signal >= value` (acquire), first in a tight loop with no back-off — the ping-pong's fast
+/// path — then with [`Signal::wait_ge`], which backs off and times out.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn spin_wait_ge(signal: Signal, value: u64) {
+    let mut polls = 0;
+    while polls < SPIN_POLLS {
+        if signal.load_acquire() >= value {
+            return;
+        }
+        polls += 1;
+    }
+    signal.wait_ge(value);
+}
+
+/// Waits until both LL packets of a 16-byte vector carry `flag` and returns the vector: both packets are
+/// loaded together on every poll (one round trip, not two), in a tight loop first, then through
+/// [`read_ll`], which backs off and records a timeout.
+#[inline(always)]
+#[track_caller]
+pub(crate) fn poll_ll_vector(packets: PeerSlice<LlPacket>, flag: u32) -> [u32; 4] {
+    assert!(packets.len() >= 2, "an LL vector is two packets");
+    let p = packets.as_ptr();
+    for _ in 0..SPIN_POLLS {
+        // SAFETY: two packets of the slice, 16-byte aligned in the LL buffer (global memory).
+        let (lo, hi) = unsafe { (ferrocomm_device::ll::ll_load(p), ferrocomm_device::ll::ll_load(p.add(1))) };
+        if lo.is_complete(flag) && hi.is_complete(flag) {
+            return [lo.data_lo, lo.data_hi, hi.data_lo, hi.data_hi];
+        }
+    }
+    let mut words = [0u32; 4];
+    read_ll(&mut words, packets.slice(0, 2), flag);
+    words
+}
+
+/// Whether this thread speaks for peer `t` of the block's signalling: thread `t` of the block handles peer
+/// `t`'s signals, so the waits on different peers overlap.
+#[inline(always)]
+pub(crate) fn peer_thread(rank: usize, world: usize) -> Option<u32> {
+    let t = thread_rank() as usize;
+    if t < world && t != rank { Some(t as u32) } else { None }
+}

@@ -1,0 +1,199 @@
+//! Point to point: ping-pong latency (release/acquire flags, and LL packets), put-with-signal and get.
+//!
+//! Put and get are two-sided handshakes, so they are safe inside any stream or graph: the side whose memory
+//! is touched first says it is ready (its earlier stream work is done), and the other side says when it is
+//! finished. A route is a shift: rank `r` talks to rank `(r + shift) % world` when bit `r` of `active` is set.
+
+use ferrocomm_device::kernel;
+use ferrocomm_device::ll::ll_flag;
+use ferrocomm_device::prelude::*;
+
+use super::spin_wait_ge;
+use crate::layout::{p2p_pad, share};
+
+/// Where a rank stands in a route.
+#[derive(Debug, Clone, Copy)]
+struct Route {
+    /// The rank this one sends to / reads from, when it is active.
+    to: Option<u32>,
+    /// The rank that sends to / reads from this one, when that rank is active.
+    from: Option<u32>,
+}
+
+#[inline(always)]
+fn route(shift: u32, active: u32) -> Route {
+    let (rank, world) = (team::rank(), team::world());
+    let shift = shift % world;
+    let from = (rank + world - shift) % world;
+    let is_active = |r: u32| shift != 0 && r < 32 && active & (1 << r) != 0;
+    Route { to: is_active(rank).then_some((rank + shift) % world), from: is_active(from).then_some(from) }
+}
+
+/// The ping-pong's sequence base: iterations every rank has run so far, so flag values only grow. Every
+/// rank advances it by `iters` (participants or not), keeping it equal on all ranks; the barrier first lets
+/// every thread of the block read the old base.
+#[inline(always)]
+fn advance_sequence(pad: &SignalPad, base: u64, iters: u32) {
+    sync_threads();
+    if block_rank() == 0 && thread_rank() == 0 {
+        pad.local(p2p_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
+    }
+}
+
+/// Ping-pong between `initiator` and `responder` with release/acquire flags, timed on the device.
+///
+/// One thread per rank. Iteration `i`: the initiator puts `payload` into the responder's `inbox`, raises
+/// the responder's `PING` flag to `base + i` with `st.release.sys`, and spins (`ld.acquire.sys`) until its
+/// own flag reaches `base + i`; the responder does the same in the opposite order. Each participant
+/// writes `[elapsed ns, iters]` (from `%globaltimer`) into `out`. Launch one block of one thread.
+#[kernel]
+pub fn ping_pong(
+    pad: SignalPad,
+    inbox: SymSliceMut<u8>,
+    payload: &[u8],
+    initiator: u32,
+    responder: u32,
+    iters: u32,
+    out: &mut [u64],
+) {
+    let rank = team::rank();
+    let base = pad.local(p2p_pad::SEQUENCE).load_relaxed();
+    if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
+        let peer = if rank == initiator { responder } else { initiator };
+        let mine = pad.local(p2p_pad::PING);
+        let theirs = pad.peer(peer, p2p_pad::PING);
+        let dst = inbox.peer(peer).slice(0, payload.len());
+        let start = globaltimer();
+        for i in 1..=u64::from(iters) {
+            if rank == initiator {
+                put(dst, payload);
+                theirs.set_release(base + i);
+                spin_wait_ge(mine, base + i);
+            } else {
+                spin_wait_ge(mine, base + i);
+                put(dst, payload);
+                theirs.set_release(base + i);
+            }
+        }
+        let elapsed = globaltimer() - start;
+        out[0] = elapsed;
+        out[1] = u64::from(iters);
+    }
+    advance_sequence(&pad, base, iters);
+    pad.advance_epoch();
+}
+
+/// Ping-pong with LL packets: data and flag travel in the same 16-byte stores, so no fence and no separate
+/// flag are needed.
+///
+/// One warp per rank. Iteration `i` uses the flag `ll_flag(base + i)`: the initiator's lanes store
+/// `payload` as packets into the responder's `ll`, then poll their own `ll` until every packet carries the
+/// flag and unpack it into `inbox`; the responder polls first, then replies with its own payload. Lane 0
+/// writes `[elapsed ns, iters]` into `out`. Launch one block of one warp; `payload` holds at most 256 bytes.
+#[kernel]
+#[allow(clippy::too_many_arguments)]
+pub fn ping_pong_ll(
+    pad: SignalPad,
+    ll: SymSliceMut<LlPacket>,
+    payload: &[u8],
+    inbox: &mut [u8],
+    initiator: u32,
+    responder: u32,
+    iters: u32,
+    out: &mut [u64],
+) {
+    let rank = team::rank();
+    let base = pad.local(p2p_pad::SEQUENCE).load_relaxed();
+    if block_rank() == 0 && warp_id() == 0 && (rank == initiator || rank == responder) {
+        let peer = if rank == initiator { responder } else { initiator };
+        // An empty payload still travels as one packet: the flag is the message.
+        let empty = [0u8; 8];
+        let mut sink = [0u8; 8];
+        let (send, recv): (&[u8], &mut [u8]) =
+            if payload.is_empty() { (&empty, &mut sink) } else { (payload, &mut inbox[..payload.len()]) };
+        let packets = ll_packets::<u8>(send.len());
+        let (to, from) = (ll.peer(peer).slice(0, packets), ll.local().slice(0, packets));
+        let start = globaltimer();
+        for i in 1..=u64::from(iters) {
+            let flag = ll_flag(base + i);
+            if rank == initiator {
+                put_ll_warp(to, send, flag);
+                read_ll_warp(&mut *recv, from, flag);
+            } else {
+                read_ll_warp(&mut *recv, from, flag);
+                put_ll_warp(to, send, flag);
+            }
+        }
+        let elapsed = globaltimer() - start;
+        if lane_id() == 0 {
+            out[0] = elapsed;
+            out[1] = u64::from(iters);
+        }
+    }
+    advance_sequence(&pad, base, iters);
+    pad.advance_epoch();
+}
+
+/// Put with signal: each active rank copies `src` into the start of its target's `dst`, block `b` moving
+/// share `b` (16-byte vectors, four in flight per thread) and then raising the target's `done(b)` signal
+/// with release ordering; the target waits for every block's signal. Before writing, a sender waits until
+/// its target has raised `ready` (the target's earlier stream work on `dst` is done).
+#[kernel]
+pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, active: u32) {
+    let route = route(shift, active);
+    let epoch = pad.epoch();
+    let (block, blocks) = (block_rank() as usize, grid_size() as usize);
+    let leader = thread_rank() == 0;
+    if let Some(from) = route.from
+        && block == 0
+        && leader
+    {
+        pad.peer(from, p2p_pad::ready(team::rank() as usize)).set_release(epoch);
+    }
+    if let Some(to) = route.to {
+        if leader {
+            pad.local(p2p_pad::ready(to as usize)).wait_ge(epoch);
+        }
+        sync_threads();
+        let (start, end) = share(src.len(), blocks, block);
+        let target = dst.peer(to).slice(start, end - start);
+        put_signal_block(target, &src[start..end], pad.peer(to, p2p_pad::done(block)), SignalOp::Set(epoch));
+    }
+    if route.from.is_some() && leader {
+        pad.local(p2p_pad::done(block)).wait_ge(epoch);
+    }
+    pad.advance_epoch();
+}
+
+/// Get: each active rank reads the start of its source rank's `src` into `dst`, block `b` moving share `b`
+/// once the source has raised `ready` (its earlier stream work on `src` is done); then block `b` raises the
+/// source's `done(b)`, and the source waits for every block before its launch ends (so later writes to
+/// `src` cannot race the reads).
+#[kernel]
+pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active: u32) {
+    let route = route(shift, active);
+    let epoch = pad.epoch();
+    let (block, blocks) = (block_rank() as usize, grid_size() as usize);
+    let leader = thread_rank() == 0;
+    if let Some(reader) = route.from
+        && block == 0
+        && leader
+    {
+        pad.peer(reader, p2p_pad::ready(team::rank() as usize)).set_release(epoch);
+    }
+    if let Some(source) = route.to {
+        if leader {
+            pad.local(p2p_pad::ready(source as usize)).wait_ge(epoch);
+        }
+        sync_threads();
+        let (start, end) = share(dst.len(), blocks, block);
+        get_block(&mut dst[start..end], src.peer(source).slice(start, end - start));
+        if leader {
+            pad.peer(source, p2p_pad::done(block)).set_release(epoch);
+        }
+    }
+    if route.from.is_some() && leader {
+        pad.local(p2p_pad::done(block)).wait_ge(epoch);
+    }
+    pad.advance_epoch();
+}

@@ -1,0 +1,256 @@
+//! What the host and the kernels agree on: team and grid limits, the index of every signal in each signal
+//! pad, the LL buffer's regions, how a range is split among blocks, and the by-value plans some kernels take.
+//!
+//! Every signal holds a monotonic value derived from its pad's launch epoch (`SignalPad::epoch`): senders
+//! *set* it, receivers wait for `>=`. Values only grow, across launches of every kernel that shares the pad
+//! and across CUDA-graph replays, so nothing is ever reset.
+
+/// Most ranks a team may have for these kernels (signal arrays are sized for it).
+pub const MAX_WORLD: usize = 8;
+
+/// Most blocks a kernel of this crate is launched with (signal arrays are sized for it).
+pub const MAX_BLOCKS: usize = 256;
+
+/// Bytes moved by one vector access (`ld/st.global.v4.b32`).
+pub const VECTOR_BYTES: usize = 16;
+
+/// Signals of the barrier pad: `ARRIVED + src`, raised by rank `src` on every rank.
+pub mod barrier_pad {
+    /// Signals in the pad.
+    pub const SIGNALS: usize = super::MAX_WORLD;
+    /// Rank `src` has entered the barrier of the epoch the signal holds.
+    pub const fn arrived(src: usize) -> usize {
+        src
+    }
+}
+
+/// Signals of the point-to-point pad (ping-pong, put, get).
+pub mod p2p_pad {
+    use super::{MAX_BLOCKS, MAX_WORLD};
+    /// The ping-pong flag a peer raises on this rank.
+    pub const PING: usize = 0;
+    /// This rank's ping-pong sequence base: iterations run so far (local only, never raised by peers).
+    pub const SEQUENCE: usize = 1;
+    /// Rank `src` is ready: its buffer may be written (put) or its source holds the data (get).
+    pub const fn ready(src: usize) -> usize {
+        2 + src
+    }
+    /// Block `block` of the peer finished its share (put: data landed; get: reads done).
+    pub const fn done(block: usize) -> usize {
+        2 + MAX_WORLD + block
+    }
+    /// Signals in the pad.
+    pub const SIGNALS: usize = 2 + MAX_WORLD + MAX_BLOCKS;
+}
+
+/// Signals of the exchange pad (broadcast, all-gather and all-to-all by direct stores).
+pub mod exchange_pad {
+    use super::{MAX_BLOCKS, MAX_WORLD};
+    /// Rank `src` has entered the launch: its receive buffer may be written.
+    pub const fn ready(src: usize) -> usize {
+        src
+    }
+    /// Block `block` of rank `src` wrote its share into this rank's receive buffer; the low 32 bits of the
+    /// value carry the message's row count.
+    pub const fn done(block: usize, src: usize) -> usize {
+        MAX_WORLD + block * MAX_WORLD + src
+    }
+    /// Signals in the pad.
+    pub const SIGNALS: usize = MAX_WORLD + MAX_BLOCKS * MAX_WORLD;
+}
+
+/// Signals of the one-shot pad, whose epoch also drives the LL kernels (LL all-reduce, LL exchange) and the
+/// staged exchange: every kernel on it hears from every peer each launch, which is what makes the
+/// epoch-parity buffers safe to reuse.
+pub mod one_shot_pad {
+    use super::{MAX_BLOCKS, MAX_WORLD};
+    /// Block `block` of rank `src` pushed its share into this rank's staging slot (`parity`, `src`). Indexed
+    /// by parity too, so a peer already in the next launch cannot overwrite a value (its low 32 bits carry
+    /// the staged exchange's header) before this rank read it.
+    pub const fn pushed(parity: u64, block: usize, src: usize) -> usize {
+        parity as usize * MAX_BLOCKS * MAX_WORLD + block * MAX_WORLD + src
+    }
+    /// Signals in the pad.
+    pub const SIGNALS: usize = 2 * MAX_BLOCKS * MAX_WORLD;
+}
+
+/// The one-shot staging buffer: two parities × one slot per source rank × `slot_vectors` vectors. Returns
+/// the index of the first vector of slot (`parity`, `src`).
+#[inline(always)]
+pub const fn stage_slot(parity: u64, src: usize, world: usize, slot_vectors: usize) -> usize {
+    (parity as usize * world + src) * slot_vectors
+}
+
+/// Signals of the two-shot pad (all-reduce for large messages, reduce-scatter).
+pub mod two_shot_pad {
+    use super::{MAX_BLOCKS, MAX_WORLD};
+    /// Block `block` of rank `src` pushed its share of a segment into this rank's scratch.
+    pub const fn pushed(block: usize, src: usize) -> usize {
+        block * MAX_WORLD + src
+    }
+    /// Block `block` of rank `src` reduced a segment: it consumed what this rank pushed, and (all-reduce)
+    /// wrote its results into this rank's buffer.
+    pub const fn reduced(block: usize, src: usize) -> usize {
+        MAX_BLOCKS * MAX_WORLD + block * MAX_WORLD + src
+    }
+    /// Signals in the pad.
+    pub const SIGNALS: usize = 2 * MAX_BLOCKS * MAX_WORLD;
+}
+
+/// The value a one-shot or staged-exchange flag carries for launch `epoch`, with a 32-bit `header` (the
+/// message's row or byte count): at least `epoch << 32`, which is what receivers wait for.
+#[inline(always)]
+pub const fn epoch_tag(epoch: u64, header: u64) -> u64 {
+    (epoch << 32) | (header & 0xffff_ffff)
+}
+
+/// The value a two-shot signal carries for segment `segment` of launch `epoch`: increasing in both.
+#[inline(always)]
+pub const fn segment_tag(epoch: u64, segment: usize) -> u64 {
+    (epoch << 32) | (segment as u64 + 1)
+}
+
+/// The LL buffer: two parities (epoch parity, so consecutive launches never share packets) × one region per
+/// source rank × `slot_packets` packets. Returns the index of the first packet of region (`parity`, `src`).
+#[inline(always)]
+pub const fn ll_region(parity: u64, src: usize, world: usize, slot_packets: usize) -> usize {
+    (parity as usize * world + src) * slot_packets
+}
+
+/// Packets of a region that carries messages of up to `max_bytes`: one header packet (the message length)
+/// and 8 data bytes per packet, with room for whole 16-byte vectors (two packets each).
+pub const fn ll_slot_packets(max_bytes: usize) -> usize {
+    1 + 2 * max_bytes.div_ceil(VECTOR_BYTES)
+}
+
+/// Splits `len` bytes into `parts` shares of whole 16-byte vectors and returns share `part` as `(start,
+/// end)`; the last non-empty share ends at `len`. Senders and receivers call it with the same arguments, so
+/// they agree on which block moves which bytes.
+#[inline(always)]
+pub const fn share(len: usize, parts: usize, part: usize) -> (usize, usize) {
+    let vectors = len.div_ceil(VECTOR_BYTES);
+    let per = vectors.div_ceil(if parts == 0 { 1 } else { parts }) * VECTOR_BYTES;
+    let start = if part * per < len { part * per } else { len };
+    let end = if start + per < len { start + per } else { len };
+    (start, end)
+}
+
+/// Reduction operators, as the `op` argument of the reducing kernels encodes them.
+pub mod op_code {
+    /// Sum.
+    pub const SUM: u32 = 0;
+    /// Maximum.
+    pub const MAX: u32 = 1;
+    /// Minimum.
+    pub const MIN: u32 = 2;
+}
+
+/// What an exchange kernel moves: who sends what to whom and where receivers put it.
+pub mod exchange_mode {
+    /// All-to-all: rank `r` sends `send_counts[q]` rows (taken in destination order from its send buffer)
+    /// to rank `q`, which stores them in slot `r` of its receive buffer and the count in `recv_counts[r]`.
+    pub const ALL_TO_ALL: u32 = 0;
+    /// All-gather: every rank sends its input to every rank, which stores it in slot `src`.
+    pub const ALL_GATHER: u32 = 1;
+    /// Broadcast: the root sends its buffer to every rank; the others send empty messages.
+    pub const BROADCAST: u32 = 2;
+}
+
+/// The by-value description of one exchange launch (broadcast, all-gather, all-to-all).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExchangePlan {
+    /// An [`exchange_mode`] value.
+    pub mode: u32,
+    /// Broadcast: the sending rank.
+    pub root: u32,
+    /// All-to-all: bytes per row. All-gather and broadcast: bytes of the message.
+    pub row_bytes: u64,
+    /// Bytes between consecutive source slots of the receive buffer (0 for broadcast).
+    pub slot_bytes: u64,
+    /// All-to-all: rows a receive slot holds; a larger count is a bug the kernel traps on.
+    pub cap_rows: u64,
+    /// LL transport: packets per (parity, source) region of the LL buffer. Staged transport: 16-byte vectors
+    /// per (parity, source) slot of the staging buffer.
+    pub slot: u64,
+}
+
+/// The by-value description of one two-shot launch (all-reduce or reduce-scatter).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TwoShotPlan {
+    /// An [`op_code`] value.
+    pub op: u32,
+    /// Non-zero: all-gather the reduced chunks into every rank's buffer (all-reduce); zero: keep each
+    /// rank's chunk in its own output (reduce-scatter).
+    pub gather: u32,
+    /// Elements of the input on every rank.
+    pub len: u64,
+    /// Elements of each rank's chunk (rank `c` owns `c * chunk .. min((c + 1) * chunk, len)`).
+    pub chunk: u64,
+    /// 16-byte vectors in each rank's scratch slot (one slot per source rank).
+    pub slot_vectors: u64,
+}
+
+/// Plans cross the launch as themselves (`.param .align 8 .b8 p[N]`).
+macro_rules! plain_param {
+    ($($t:ty),*) => { $(
+        // SAFETY: a `#[repr(C)]` struct of integers, valid for every bit pattern, passed by value as itself.
+        unsafe impl ferrocomm_device::DeviceParam for $t {
+            type Abi = $t;
+            #[inline(always)]
+            unsafe fn from_abi(abi: $t) -> $t {
+                abi
+            }
+        }
+
+        #[cfg(not(target_arch = "nvptx64"))]
+        impl ferrocomm::LaunchParam for $t {
+            type Host<'a> = $t;
+            fn lower(host: &$t, _rank: &ferrocomm::RankRef<'_>) -> Result<$t, ferrocomm::Error> {
+                Ok(*host)
+            }
+        }
+    )* };
+}
+plain_param!(ExchangePlan, TwoShotPlan);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_cover_the_range_in_whole_vectors() {
+        for len in [0usize, 1, 15, 16, 17, 100, 4096, 4097] {
+            for parts in 1..6 {
+                let mut next = 0;
+                for part in 0..parts {
+                    let (s, e) = share(len, parts, part);
+                    assert_eq!(s, next, "len {len} parts {parts} part {part}");
+                    assert!(s <= e && e <= len);
+                    assert!(s % VECTOR_BYTES == 0 || s == len, "shares start on a vector or are empty");
+                    next = e;
+                }
+                assert_eq!(next, len);
+            }
+        }
+    }
+
+    #[test]
+    fn tags_grow_with_epoch_and_segment() {
+        assert!(segment_tag(1, 0) < segment_tag(1, 1));
+        assert!(segment_tag(1, 1000) < segment_tag(2, 0));
+        assert!(segment_tag(2, 0) >= 2 << 32);
+    }
+
+    #[test]
+    fn signal_indices_stay_inside_their_pads() {
+        assert!(p2p_pad::done(MAX_BLOCKS - 1) < p2p_pad::SIGNALS);
+        assert!(exchange_pad::done(MAX_BLOCKS - 1, MAX_WORLD - 1) < exchange_pad::SIGNALS);
+        assert!(two_shot_pad::reduced(MAX_BLOCKS - 1, MAX_WORLD - 1) < two_shot_pad::SIGNALS);
+        assert!(one_shot_pad::pushed(1, MAX_BLOCKS - 1, MAX_WORLD - 1) < one_shot_pad::SIGNALS);
+        assert_eq!(stage_slot(1, 0, 4, 8), 32);
+        assert_eq!(ll_region(1, 1, 2, 10), 30);
+        assert_eq!(ll_slot_packets(16), 3);
+    }
+}

@@ -1,0 +1,353 @@
+//! The communication library on the CPU emulator (CI): every kernel with 2 and 4 ranks against the CPU
+//! references, at sizes 0, 1, odd, unaligned tails and larger than one block's share; repeated calls on the
+//! same buffers (epochs, LL parities, two-shot segments); graph capture and replay; proptest over sizes.
+//!
+//! The emulator tuning keeps grids tiny (two blocks of one warp) and buffers small, so modest sizes already
+//! cross the LL/two-shot threshold and split the two-shot into several segments.
+
+use std::time::Duration;
+
+use ferrocomm::{Backend, Team};
+use ferrocomm_device::{bf16, f16};
+use ferrocomm_kernels::verify::{self, VerifyError};
+use ferrocomm_kernels::{Algorithm, CommError, Communicator, ExchangeTransport, Op, PingProtocol, Route, Tuning};
+use proptest::prelude::*;
+
+fn team(world: usize) -> Team {
+    Team::builder()
+        .backend(Backend::Emulator)
+        .world(world)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("emulated team")
+}
+
+fn check(result: Result<(), VerifyError>) {
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// Sizes (elements) around the interesting edges for the emulator tuning: empty, one, odd, a partial last
+/// vector, LL-sized, and two-shot sizes spanning several segments and several blocks.
+const SIZES: [usize; 8] = [0, 1, 7, 33, 100, 129, 1000, 3001];
+
+fn all_reduce_every_size(world: usize) {
+    let team = team(world);
+    let mut comm = Communicator::new(&team).unwrap();
+    for (i, &len) in SIZES.iter().enumerate() {
+        let op = [Op::Sum, Op::Max, Op::Min][i % 3];
+        check(verify::all_reduce::<f32>(&mut comm, len, op, None, 1, i as u64));
+        check(verify::all_reduce::<bf16>(&mut comm, len, Op::Sum, None, 1, 100 + i as u64));
+    }
+    check(verify::all_reduce::<f16>(&mut comm, 517, Op::Max, None, 1, 7));
+}
+
+#[test]
+fn all_reduce_two_ranks() {
+    all_reduce_every_size(2);
+}
+
+#[test]
+fn all_reduce_four_ranks() {
+    all_reduce_every_size(4);
+}
+
+#[test]
+fn both_algorithms_at_the_same_sizes() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    for (i, len) in [0usize, 1, 5, 9, 64, 127].into_iter().enumerate() {
+        for algorithm in [Algorithm::LlOneShot, Algorithm::OneShot, Algorithm::TwoShot] {
+            check(verify::all_reduce::<bf16>(&mut comm, len, Op::Sum, Some(algorithm), 1, i as u64));
+            check(verify::all_reduce::<f16>(&mut comm, len, Op::Min, Some(algorithm), 1, i as u64));
+        }
+    }
+}
+
+#[test]
+fn back_to_back_calls_reuse_epochs_parities_and_segments() {
+    let team = team(4);
+    let mut comm = Communicator::new(&team).unwrap();
+    check(verify::all_reduce::<f32>(&mut comm, 61, Op::Sum, Some(Algorithm::LlOneShot), 5, 1));
+    check(verify::all_reduce::<f32>(&mut comm, 250, Op::Max, Some(Algorithm::OneShot), 5, 3));
+    check(verify::all_reduce::<f32>(&mut comm, 700, Op::Sum, Some(Algorithm::TwoShot), 4, 2));
+    // Interleaved kinds share the LL buffer and its epochs.
+    for round in 0..3 {
+        check(verify::all_gather::<u32>(&mut comm, 9, round));
+        check(verify::all_reduce::<bf16>(&mut comm, 40, Op::Max, None, 1, round));
+        check(verify::broadcast::<u8>(&mut comm, 13, (round % 4) as usize, round));
+    }
+}
+
+/// Larger thresholds than the emulator default, so each thread of the tiny grids handles several vectors of
+/// the LL, one-shot and staged paths (their stride loops and tails).
+#[test]
+fn latency_paths_with_several_vectors_per_thread() {
+    let team = team(2);
+    let mut tuning = Tuning::emulator();
+    tuning.ll_all_reduce_max_bytes = 4096;
+    tuning.one_shot_max_bytes = 8192;
+    tuning.ll_exchange_max_bytes = 2048;
+    let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
+    for (i, len) in [1023usize, 1024, 999].into_iter().enumerate() {
+        check(verify::all_reduce::<f32>(&mut comm, len, Op::Sum, Some(Algorithm::LlOneShot), 2, i as u64));
+        check(verify::all_reduce::<bf16>(&mut comm, 2 * len, Op::Max, Some(Algorithm::OneShot), 2, i as u64));
+        check(verify::all_gather::<u16>(&mut comm, len, i as u64));
+        check(verify::all_gather::<u16>(&mut comm, 3 * len, i as u64));
+    }
+}
+
+#[test]
+fn ll_all_reduce_refuses_messages_beyond_its_buffer() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let mut buf = ferrocomm::SymBuffer::<f32>::new(&team, 1 << 12).unwrap();
+    match comm.all_reduce_with(&mut buf, Op::Sum, Algorithm::LlOneShot) {
+        Err(CommError::TooLarge { .. }) => {}
+        other => panic!("expected TooLarge, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn reduce_scatter_sizes() {
+    for world in [2, 4] {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        for (i, chunk) in [0usize, 1, 3, 8, 33, 250].into_iter().enumerate() {
+            check(verify::reduce_scatter::<f32>(&mut comm, chunk, Op::Sum, i as u64));
+            check(verify::reduce_scatter::<bf16>(&mut comm, chunk, Op::Max, i as u64));
+        }
+    }
+}
+
+#[test]
+fn all_gather_and_broadcast_sizes() {
+    for world in [2, 4] {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        // Bytes per message: 0, 2, 14, 200 (LL), 402, 1000 (staged) and 2002 (direct stores).
+        for (i, len) in [0usize, 1, 7, 100, 201, 500, 1001].into_iter().enumerate() {
+            check(verify::all_gather::<bf16>(&mut comm, len, i as u64));
+            check(verify::broadcast::<f16>(&mut comm, len, i % world, i as u64));
+        }
+        check(verify::all_gather::<u8>(&mut comm, 333, 9));
+        check(verify::broadcast::<u64>(&mut comm, 77, world - 1, 9));
+    }
+}
+
+#[test]
+fn broadcast_rejects_a_root_outside_the_team() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let mut buf = ferrocomm::SymBuffer::<u32>::new(&team, 4).unwrap();
+    assert!(matches!(comm.broadcast(&mut buf, 2), Err(CommError::RankOutOfRange { rank: 2, .. })));
+}
+
+#[test]
+fn all_to_all_moe_shapes() {
+    // LL: slots of 3 rows x 8 bf16 (48 bytes); staged: 4 rows x 40 bf16 (320 bytes); direct: 4 rows x 200
+    // bf16 (1600 bytes).
+    let team2 = team(2);
+    let mut comm = Communicator::new(&team2).unwrap();
+    check(verify::all_to_all::<bf16>(&mut comm, &[vec![1, 2], vec![3, 0]], 8, 3, 1));
+    check(verify::all_to_all::<bf16>(&mut comm, &[vec![0, 0], vec![0, 0]], 8, 3, 2));
+    check(verify::all_to_all::<bf16>(&mut comm, &[vec![4, 1], vec![2, 4]], 40, 4, 3));
+    check(verify::all_to_all::<bf16>(&mut comm, &[vec![1, 1], vec![1, 1]], 7, 2, 4));
+    check(verify::all_to_all::<bf16>(&mut comm, &[vec![4, 2], vec![0, 3]], 200, 4, 8));
+    let team4 = team(4);
+    let mut comm = Communicator::new(&team4).unwrap();
+    let counts = vec![vec![1, 0, 2, 3], vec![3, 3, 3, 3], vec![0, 0, 0, 1], vec![2, 1, 0, 0]];
+    check(verify::all_to_all::<bf16>(&mut comm, &counts, 5, 3, 5));
+    check(verify::all_to_all::<bf16>(&mut comm, &counts, 24, 3, 6));
+    check(verify::all_to_all::<u32>(&mut comm, &counts, 1, 3, 7));
+    check(verify::all_to_all::<bf16>(&mut comm, &counts, 200, 3, 9));
+}
+
+#[test]
+fn all_to_all_combine_returns_the_rows() {
+    // Dispatch then combine (counts received become counts sent): every rank gets its own rows back.
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let (row, cap) = (16usize, 3usize);
+    let counts = [vec![2u32, 1], vec![0, 3]];
+    let mut send = ferrocomm::SymBuffer::<bf16>::new(&team, 3 * row).unwrap();
+    let mut send_counts = ferrocomm::SymBuffer::<u32>::new(&team, 2).unwrap();
+    let mut sent = Vec::new();
+    for (rank, counts) in counts.iter().enumerate() {
+        let data = verify::pattern::<bf16>(11, rank, 3 * row);
+        send.copy_from_host(rank, &data).unwrap();
+        send_counts.copy_from_host(rank, counts).unwrap();
+        sent.push(data);
+    }
+    let mut recv = ferrocomm::SymBuffer::<bf16>::new(&team, 2 * cap * row).unwrap();
+    let mut recv_counts = ferrocomm::SymBuffer::<u32>::new(&team, 2).unwrap();
+    comm.all_to_all(&send, &send_counts, &mut recv, &mut recv_counts, row, cap).unwrap().wait().unwrap();
+    let mut back = ferrocomm::SymBuffer::<bf16>::new(&team, 2 * cap * row).unwrap();
+    let mut back_counts = ferrocomm::SymBuffer::<u32>::new(&team, 2).unwrap();
+    // Combine: slot s of `recv` holds the rows from rank s; send them back in that order. The rows sit at
+    // slot offsets, so compact them first (what an expert layer's output would look like).
+    let mut compact = ferrocomm::SymBuffer::<bf16>::new(&team, 2 * cap * row).unwrap();
+    for rank in 0..2 {
+        let got = recv.to_host(rank).unwrap();
+        let n = recv_counts.to_host(rank).unwrap();
+        let mut rows = Vec::new();
+        for (s, &c) in n.iter().enumerate() {
+            rows.extend_from_slice(&got[s * cap * row..(s * cap + c as usize) * row]);
+        }
+        rows.resize(2 * cap * row, bf16::default());
+        compact.copy_from_host(rank, &rows).unwrap();
+    }
+    comm.all_to_all(&compact, &recv_counts, &mut back, &mut back_counts, row, cap).unwrap().wait().unwrap();
+    for rank in 0..2 {
+        let got = back.to_host(rank).unwrap();
+        let mut offset = 0;
+        for dst in 0..2 {
+            let c = counts[rank][dst] as usize;
+            assert_eq!(back_counts.to_host(rank).unwrap()[dst] as usize, c);
+            assert_eq!(&got[dst * cap * row..(dst * cap + c) * row], &sent[rank][offset * row..(offset + c) * row]);
+            offset += c;
+        }
+    }
+}
+
+#[test]
+fn all_to_all_over_capacity_is_a_device_error() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let result = verify::all_to_all::<u32>(&mut comm, &[vec![1, 3], vec![1, 1]], 4, 2, 1);
+    match result {
+        Err(VerifyError::Comm(CommError::Runtime(ferrocomm::Error::Device(_)))) => {}
+        other => panic!("expected a device error (trap), got {other:?}"),
+    }
+}
+
+#[test]
+fn put_and_get_routes() {
+    for world in [2, 4] {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        let routes = [Route::Pair { from: 0, to: world - 1 }, Route::Pair { from: world - 1, to: 0 }, Route::Shift(1)];
+        for (i, route) in routes.into_iter().enumerate() {
+            for (len, dst_len) in [(0usize, 4usize), (1, 1), (13, 20), (301, 301)] {
+                check(verify::put_or_get::<u8>(&mut comm, len, dst_len, route, false, i as u64));
+                check(verify::put_or_get::<f32>(&mut comm, dst_len, len, route, true, i as u64));
+            }
+        }
+    }
+}
+
+#[test]
+fn routes_that_move_nothing_are_refused() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let src = ferrocomm::SymBuffer::<u32>::new(&team, 4).unwrap();
+    let mut dst = ferrocomm::SymBuffer::<u32>::new(&team, 4).unwrap();
+    for route in [Route::Shift(2), Route::Pair { from: 1, to: 1 }, Route::Pair { from: 0, to: 5 }] {
+        assert!(matches!(comm.put(&src, &mut dst, route), Err(CommError::BadRoute { .. })), "{route:?}");
+    }
+}
+
+#[test]
+fn barrier_many_times() {
+    for world in [2, 4] {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        for _ in 0..10 {
+            comm.barrier().unwrap().wait().unwrap();
+        }
+    }
+}
+
+#[test]
+fn ping_pong_moves_payloads_both_ways() {
+    let team = team(4);
+    let mut comm = Communicator::new(&team).unwrap();
+    for protocol in [PingProtocol::ReleaseAcquire, PingProtocol::Ll] {
+        for (initiator, responder, bytes) in [(0, 1, 8), (3, 1, 61), (2, 0, 0), (1, 2, 256)] {
+            let result = comm.ping_pong(initiator, responder, 20, bytes, protocol).unwrap();
+            assert_eq!(result.iters, 20);
+            assert!(result.total_ns > 0 && result.one_way_ns() > 0.0);
+            for (rank, peer) in [(initiator, responder), (responder, initiator)] {
+                let got = comm.ping_inbox(rank).unwrap();
+                let want: Vec<u8> = (0..bytes).map(|i| ((peer * 31 + i) % 251) as u8).collect();
+                assert_eq!(&got[..bytes], &want[..], "{protocol:?} {initiator}<->{responder} rank {rank}");
+            }
+        }
+    }
+    assert!(matches!(comm.ping_pong(0, 0, 1, 8, PingProtocol::Ll), Err(CommError::BadRoute { .. })));
+    assert!(matches!(comm.ping_pong(0, 1, 1, 257, PingProtocol::Ll), Err(CommError::TooLarge { .. })));
+}
+
+#[test]
+fn graph_replays_need_no_reset() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    // LL-, one-shot- and two-shot-sized graphs, replayed with fresh inputs each time.
+    check(verify::all_reduce_graph::<f32>(&mut comm, 37, 3, 4, 2, 1));
+    check(verify::all_reduce_graph::<f32>(&mut comm, 200, 3, 3, 1, 5));
+    check(verify::all_reduce_graph::<bf16>(&mut comm, 600, 2, 3, 1, 2));
+    // Direct calls between replays of another graph keep every epoch in step.
+    check(verify::all_reduce::<f32>(&mut comm, 37, Op::Sum, None, 2, 3));
+    check(verify::all_reduce_graph::<f32>(&mut comm, 37, 2, 2, 1, 4));
+}
+
+#[test]
+fn algorithms_and_transports_follow_the_thresholds() {
+    let team = team(2);
+    let comm = Communicator::new(&team).unwrap();
+    let t = comm.tuning().clone();
+    assert_eq!(comm.all_reduce_algorithm(0), Algorithm::LlOneShot);
+    assert_eq!(comm.all_reduce_algorithm(t.ll_all_reduce_max_bytes), Algorithm::LlOneShot);
+    assert_eq!(comm.all_reduce_algorithm(t.ll_all_reduce_max_bytes + 1), Algorithm::OneShot);
+    assert_eq!(comm.all_reduce_algorithm(t.one_shot_max_bytes), Algorithm::OneShot);
+    assert_eq!(comm.all_reduce_algorithm(t.one_shot_max_bytes + 1), Algorithm::TwoShot);
+    assert_eq!(comm.exchange_transport(t.ll_exchange_max_bytes), ExchangeTransport::Ll);
+    assert_eq!(comm.exchange_transport(t.ll_exchange_max_bytes + 1), ExchangeTransport::Staged);
+    assert_eq!(comm.exchange_transport(t.one_shot_max_bytes), ExchangeTransport::Staged);
+    assert_eq!(comm.exchange_transport(t.one_shot_max_bytes + 1), ExchangeTransport::Direct);
+}
+
+#[test]
+fn tuning_is_validated() {
+    let team = team(2);
+    let mut t = Tuning::emulator();
+    t.ll_threads = 33;
+    assert!(matches!(Communicator::with_tuning(&team, t), Err(CommError::BadTuning { .. })));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// Any size, either algorithm, any op, 2 or 4 ranks.
+    #[test]
+    fn all_reduce_any_size(len in 0usize..2500, world in prop::sample::select(vec![2usize, 4]), algorithm in 0usize..3, op in 0usize..3, seed: u64) {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        // The chosen algorithm where the message fits its buffer, the two-shot otherwise.
+        let t = comm.tuning();
+        let algorithm = match algorithm {
+            0 if len * 4 <= t.ll_all_reduce_max_bytes => Algorithm::LlOneShot,
+            1 if len * 4 <= t.one_shot_max_bytes => Algorithm::OneShot,
+            _ => Algorithm::TwoShot,
+        };
+        let op = [Op::Sum, Op::Max, Op::Min][op];
+        if let Err(e) = verify::all_reduce::<f32>(&mut comm, len, op, Some(algorithm), 2, seed) {
+            return Err(TestCaseError::fail(e.to_string()));
+        }
+    }
+
+    /// Any message size through all-gather and an all-to-all with random counts.
+    #[test]
+    fn exchanges_any_size(len in 0usize..700, counts in prop::collection::vec(0u32..4, 4), seed: u64) {
+        let team = team(2);
+        let mut comm = Communicator::new(&team).unwrap();
+        if let Err(e) = verify::all_gather::<u16>(&mut comm, len, seed) {
+            return Err(TestCaseError::fail(e.to_string()));
+        }
+        let counts = vec![counts[..2].to_vec(), counts[2..].to_vec()];
+        if let Err(e) = verify::all_to_all::<u16>(&mut comm, &counts, 1 + len % 37, 3, seed) {
+            return Err(TestCaseError::fail(e.to_string()));
+        }
+    }
+}

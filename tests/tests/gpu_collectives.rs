@@ -1,0 +1,216 @@
+//! The communication library on the GPUs: the scenarios of `collectives_emulated.rs` (shared through
+//! `ferrocomm_kernels::verify`) at GPU sizes — 0, 1, odd, unaligned tails, LL and two-shot sizes on both
+//! sides of the threshold, MoE shapes, 1 GiB — plus 10^5 back-to-back all-reduces replayed from CUDA graphs
+//! and verified, and ping-pong on both protocols.
+//!
+//! Skipped with a visible message when no GPU is usable; failing instead when `FERROCOMM_REQUIRE_GPUS=N`
+//! asks for N GPUs that are not there. With one GPU, two ranks share it. The tests hold one lock: kernels
+//! of two teams spinning on the same GPUs at once could starve each other of SMs.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use ferrocomm::{Backend, SymBuffer, Team, system};
+use ferrocomm_device::{bf16, f16};
+use ferrocomm_kernels::verify::{self, VerifyError};
+use ferrocomm_kernels::{Algorithm, Communicator, Op, PingProtocol, Route, reference};
+
+const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
+const GIB: usize = 1 << 30;
+
+static GPUS: Mutex<()> = Mutex::new(());
+
+/// The GPU team (every GPU, or two ranks on a single GPU) and the lock that serialises GPU tests, or
+/// `None` with a visible message when there is no GPU.
+fn gpu_team(test: &str) -> Option<(MutexGuard<'static, ()>, Team)> {
+    let present = system::driver().map(|d| d.gpu_count).unwrap_or(0);
+    if let Ok(v) = std::env::var(REQUIRE_ENV) {
+        let need: usize = v.trim().parse().unwrap_or_else(|_| panic!("{REQUIRE_ENV}={v:?} is not a number of GPUs"));
+        let why = system::driver().err().map(|e| format!(": {e}")).unwrap_or_default();
+        assert!(present >= need, "{REQUIRE_ENV}={need} but {present} GPU(s) are usable{why}");
+    }
+    if present == 0 {
+        let why = system::driver().err().map(|e| e.to_string()).unwrap_or_default();
+        eprintln!("skipped: no GPU for {test} ({why})");
+        return None;
+    }
+    let lock = GPUS.lock().unwrap_or_else(PoisonError::into_inner);
+    let team = Team::builder()
+        .backend(Backend::Cuda)
+        .world(present.clamp(2, 8))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_else(|e| panic!("{test}: building the GPU team failed: {e}"));
+    Some((lock, team))
+}
+
+fn check(result: Result<(), VerifyError>) {
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn all_reduce_sizes_dtypes_and_ops() {
+    let Some((_lock, team)) = gpu_team("all_reduce_sizes_dtypes_and_ops") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let ll = comm.tuning().ll_all_reduce_max_bytes;
+    eprintln!("LL one-shot up to {ll} bytes per rank, two-shot above; tuning {:?}", comm.tuning());
+    // Elements of bf16: around the LL threshold, unaligned tails, several blocks and segments.
+    let sizes = [0, 1, 7, 4095, 32 * 1024 - 3, ll / 2, ll / 2 + 1, (1 << 19) + 3, (16 << 20) + 5, (64 << 20) + 9];
+    for (i, &len) in sizes.iter().enumerate() {
+        let op = [Op::Sum, Op::Max, Op::Min][i % 3];
+        check(verify::all_reduce::<bf16>(&mut comm, len, op, None, 2, i as u64));
+        check(verify::all_reduce::<f32>(&mut comm, len / 2, Op::Sum, None, 1, i as u64));
+        check(verify::all_reduce::<f16>(&mut comm, len, Op::Max, None, 1, i as u64));
+    }
+    for (i, len) in [1usize, 1000, 8191, 40_000].into_iter().enumerate() {
+        for algorithm in [Algorithm::LlOneShot, Algorithm::OneShot, Algorithm::TwoShot] {
+            check(verify::all_reduce::<bf16>(&mut comm, len, Op::Sum, Some(algorithm), 2, 50 + i as u64));
+        }
+    }
+}
+
+/// `len` elements per rank of a periodic pattern (period 251, prime, so a misplaced chunk shows), rank `r`
+/// scaled by `r + 1`, all-reduced, and compared byte for byte with the reference tiled the same way.
+#[test]
+fn all_reduce_one_gib() {
+    let Some((_lock, team)) = gpu_team("all_reduce_one_gib") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let world = team.world();
+    let len = GIB / 2 + 3;
+    const PERIOD: usize = 251;
+    let periods: Vec<Vec<bf16>> = (0..world)
+        .map(|r| (0..PERIOD).map(|i| bf16::from_f32((i as f32 - 125.0) / 4.0 * (r + 1) as f32)).collect())
+        .collect();
+    let expected_period = reference::all_reduce(&periods, Op::Sum);
+    let tile = |p: &[bf16]| -> Vec<bf16> { p.iter().copied().cycle().take(len).collect() };
+    let mut buf = SymBuffer::<bf16>::new(&team, len).unwrap();
+    for (rank, period) in periods.iter().enumerate() {
+        buf.copy_from_host(rank, &tile(period)).unwrap();
+    }
+    let started = Instant::now();
+    comm.all_reduce(&mut buf, Op::Sum).unwrap().wait().unwrap();
+    eprintln!("1 GiB bf16 all-reduce (with host wait): {:?}", started.elapsed());
+    let expected = tile(&expected_period);
+    for rank in 0..world {
+        let got = buf.to_host(rank).unwrap();
+        if got != expected {
+            let i = got.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(len);
+            panic!("rank {rank}: element {i} of {len} differs: expected {:?}, found {:?}", expected.get(i), got.get(i));
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_sizes() {
+    let Some((_lock, team)) = gpu_team("reduce_scatter_sizes") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    for (i, chunk) in [0usize, 1, 3, 4097, (1 << 20) + 1, 8 << 20].into_iter().enumerate() {
+        check(verify::reduce_scatter::<bf16>(&mut comm, chunk, Op::Sum, i as u64));
+        check(verify::reduce_scatter::<f32>(&mut comm, chunk, Op::Max, i as u64));
+    }
+    check(verify::reduce_scatter::<bf16>(&mut comm, GIB / 2 / team.world(), Op::Sum, 99));
+}
+
+#[test]
+fn all_gather_and_broadcast_sizes() {
+    let Some((_lock, team)) = gpu_team("all_gather_and_broadcast_sizes") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let world = team.world();
+    for (i, len) in [0usize, 1, 7, 4095, 128 * 7168 / 2, (1 << 20) + 3, 8 << 20].into_iter().enumerate() {
+        check(verify::all_gather::<bf16>(&mut comm, len, i as u64));
+        check(verify::broadcast::<bf16>(&mut comm, len, i % world, i as u64));
+    }
+    check(verify::all_gather::<u8>(&mut comm, GIB / world, 7));
+    check(verify::broadcast::<u8>(&mut comm, GIB, world - 1, 8));
+}
+
+#[test]
+fn all_to_all_moe_shapes() {
+    let Some((_lock, team)) = gpu_team("all_to_all_moe_shapes") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let world = team.world();
+    const HIDDEN: usize = 7168;
+    for (i, tokens) in [1usize, 8, 128, 1024, 4096].into_iter().enumerate() {
+        // Uneven routing: rank r sends (tokens + r + q) % (tokens + 1) rows to rank q.
+        let counts: Vec<Vec<u32>> =
+            (0..world).map(|r| (0..world).map(|q| ((tokens + r + q) % (tokens + 1)) as u32).collect()).collect();
+        check(verify::all_to_all::<bf16>(&mut comm, &counts, HIDDEN, tokens, i as u64));
+        // Exact splits, as NCCL's all_to_all_single of `tokens` rows.
+        let even = vec![vec![(tokens / world).max(1) as u32; world]; world];
+        check(verify::all_to_all::<bf16>(&mut comm, &even, HIDDEN, tokens.max(world) / world, i as u64));
+    }
+    check(verify::all_to_all::<bf16>(&mut comm, &vec![vec![3; world]; world], 7, 5, 1));
+}
+
+#[test]
+fn put_and_get_sizes() {
+    let Some((_lock, team)) = gpu_team("put_and_get_sizes") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let world = team.world();
+    for (i, len) in [0usize, 1, 15, 16, 17, 4095, (1 << 20) + 3].into_iter().enumerate() {
+        for route in [Route::Pair { from: 0, to: 1 }, Route::Pair { from: 1, to: 0 }, Route::Shift(1)] {
+            check(verify::put_or_get::<u8>(&mut comm, len, len + 5, route, false, i as u64));
+            check(verify::put_or_get::<f32>(&mut comm, len, len, route, true, i as u64));
+        }
+    }
+    check(verify::put_or_get::<u8>(&mut comm, GIB, GIB, Route::Pair { from: 0, to: world - 1 }, false, 3));
+}
+
+#[test]
+fn ping_pong_both_protocols() {
+    let Some((_lock, team)) = gpu_team("ping_pong_both_protocols") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    for protocol in [PingProtocol::ReleaseAcquire, PingProtocol::Ll] {
+        for bytes in [0usize, 8, 64, 256] {
+            let result = comm.ping_pong(0, 1, 10_000, bytes, protocol).unwrap();
+            eprintln!("ping-pong {protocol:?} {bytes} B: {:.3} us one way", result.one_way_ns() / 1e3);
+            for (rank, peer) in [(0usize, 1usize), (1, 0)] {
+                let want: Vec<u8> = (0..bytes).map(|i| ((peer * 31 + i) % 251) as u8).collect();
+                assert_eq!(&comm.ping_inbox(rank).unwrap()[..bytes], &want[..], "{protocol:?} {bytes} B rank {rank}");
+            }
+        }
+    }
+}
+
+#[test]
+fn barrier_back_to_back() {
+    let Some((_lock, team)) = gpu_team("barrier_back_to_back") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    for _ in 0..1000 {
+        comm.barrier().unwrap().wait().unwrap();
+    }
+}
+
+/// 10^5 all-reduces with no host work between them: graphs of up to 100 sums, replayed with fresh inputs
+/// before each replay, a third of the calls at each algorithm's size (LL one-shot, one-shot push, two-shot);
+/// 16 sampled elements checked after every replay and the whole buffer after every 50th. Each sum doubles
+/// the values (on two ranks), so a graph holds at most as many as keep them finite.
+#[test]
+fn hundred_thousand_back_to_back_all_reduces() {
+    let Some((_lock, team)) = gpu_team("hundred_thousand_back_to_back_all_reduces") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    let per_graph = (120 / team.world().ilog2() as usize).min(100);
+    let replays = 100_000usize.div_ceil(3 * per_graph);
+    let started = Instant::now();
+    let sizes = [32 * 1024 - 3, (1 << 19) + 3, (4 << 20) + 5];
+    for (i, len) in sizes.into_iter().enumerate() {
+        let algorithm = comm.all_reduce_algorithm(len * 2);
+        eprintln!("{replays} replays x {per_graph} all-reduces of {len} bf16 ({algorithm:?})");
+        check(verify::all_reduce_graph::<bf16>(&mut comm, len, per_graph, replays, 50, i as u64));
+    }
+    eprintln!("{} all-reduces in graphs, verified: {:?}", 3 * replays * per_graph, started.elapsed());
+}
+
+#[test]
+fn graph_capture_and_replay_of_mixed_collectives() {
+    let Some((_lock, team)) = gpu_team("graph_capture_and_replay_of_mixed_collectives") else { return };
+    let mut comm = Communicator::new(&team).unwrap();
+    check(verify::all_reduce_graph::<bf16>(&mut comm, 4095, 3, 20, 1, 3));
+    check(verify::all_reduce_graph::<bf16>(&mut comm, (4 << 20) + 1, 2, 10, 1, 4));
+    // Direct calls between graphs keep every epoch in step.
+    check(verify::all_gather::<bf16>(&mut comm, 1000, 5));
+    check(verify::all_reduce::<bf16>(&mut comm, 1000, Op::Sum, None, 3, 6));
+    check(verify::all_reduce_graph::<bf16>(&mut comm, 4095, 3, 5, 1, 7));
+}
