@@ -73,12 +73,36 @@ pub trait Backend {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The label of this backend's series when it is a variant of its mode (e.g. `ll` for the gpu mode's
+    /// LL-packet ping-pong, shown as `gpu-ll`); `None` for the mode's main series.
+    fn label(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether this backend's series includes `op` at all. Operations left out are not reported (a variant
+    /// that exists for one operation); included operations it cannot run are, with the reason.
+    fn measures(&self, _op: Operation) -> bool {
+        true
+    }
+
+    /// The largest size this backend runs `op` at, and why, when it has such a limit: the larger sizes of a
+    /// sweep are then reported once as not measured instead of failing one by one.
+    fn size_limit(&self, _op: Operation) -> Option<(u64, String)> {
+        None
+    }
 }
 
 /// Where the tool gets the backend for a mode.
 pub trait BackendOpener {
-    /// Opens `mode` on the GPUs of `config`.
+    /// Opens `mode` (the variant `config.variant`) on the GPUs of `config`.
     fn open(&mut self, mode: Mode, config: &OpenConfig) -> Result<Box<dyn Backend>, BackendError>;
+
+    /// The variants of `mode` a sweep opens, each its own series (`None`: the mode itself). Only the mode
+    /// itself unless the opener offers more.
+    fn variants(&self, _mode: Mode) -> Vec<Option<String>> {
+        vec![None]
+    }
 }
 
 /// What every backend is opened with.
@@ -88,6 +112,8 @@ pub struct OpenConfig {
     pub gpus: Option<Vec<usize>>,
     /// The proxy's ring depth (ignored by other modes).
     pub queue_depth: u32,
+    /// Which variant of the mode to open ([`BackendOpener::variants`]); `None` for the mode itself.
+    pub variant: Option<String>,
 }
 
 /// Why a backend cannot open or run.

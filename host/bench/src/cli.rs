@@ -1,8 +1,8 @@
 //! `ferrocomm bench`: the arguments (clap) and the driver that measures, prints and writes the report.
 //!
 //! ```text
-//! ferrocomm bench                                    # every op and mode, 8 B..1 GiB, table on stdout
-//! ferrocomm bench --quick --out bench                # a short sweep, report folder in bench/
+//! ferrocomm bench --out bench                        # every op and mode, 8 B..1 GiB (a few minutes), report
+//! ferrocomm bench --quick                            # the headline sizes only, table on stdout
 //! ferrocomm bench --ops all-reduce --modes gpu,nccl --sizes 8KiB..256MiB:4 --anchors symm.txt --out bench
 //! ferrocomm bench --from bench/data.json --anchors symm.txt --out bench   # redraw from saved data
 //! ```
@@ -16,14 +16,17 @@ use thiserror::Error;
 
 use crate::anchors::{AnchorError, read_anchor_file};
 use crate::backend::{BackendOpener, OpenConfig};
-use crate::gpu::{BuiltinBackends, driver_version, nccl_mode::nccl_version};
+use crate::ferro::FerroBackends;
+use crate::gpu::{driver_version, nccl_mode::nccl_version};
 use crate::method::{Plan, measure, progress_bar};
 use crate::model::{BenchData, Dtype, Meta, Mode, Operation, Skipped};
 use crate::report::{self, ReportError, data::from_json};
 use crate::sizes::{SizeError, parse_sizes};
 
-/// Sizes of a full run.
+/// Sizes of a default run.
 pub const DEFAULT_SIZES: &str = "8B..1GiB";
+/// Bytes one timed trial may move before its operation count shrinks (a 1 GiB point runs 4 per trial).
+pub const MAX_BYTES_PER_TRIAL: u64 = 4 << 30;
 /// Sizes of `--quick`: the headline sizes (anchors' and targets').
 pub const QUICK_SIZES: &str = "8,64,1KiB,8KiB,64KiB,256KiB,1MiB,16MiB,256MiB";
 
@@ -48,17 +51,19 @@ pub struct BenchArgs {
     /// [default: 8B..1GiB; --quick: a few headline sizes].
     #[arg(long, value_parser = size_list, value_name = "SIZES")]
     pub sizes: Option<SizeList>,
-    /// Operations per timed trial (fewer for large messages) [default: 100; --quick: 20].
+    /// Operations per timed trial (fewer for large messages: a trial moves at most 4 GiB)
+    /// [default: 50; --quick: 20].
     #[arg(long, value_name = "N")]
     pub iters: Option<u64>,
-    /// Operations run before timing each point [default: 20; --quick: 5].
+    /// Operations run before timing each point [default: 10; --quick: 5].
     #[arg(long, value_name = "N")]
     pub warmup: Option<u64>,
-    /// Timed trials per point; median, min and max are over them [default: 10; --quick: 5].
+    /// Timed trials per point; median, min and max are over them [default: 7; --quick: 5].
     #[arg(long, value_name = "N")]
     pub trials: Option<u32>,
-    /// Proxy ring depths, each measured as its own series [default: 4,16,64; --quick: 16].
-    #[arg(long, value_delimiter = ',', value_name = "DEPTHS")]
+    /// Proxy ring depths (descriptor slots, 1..=65536), each measured as its own series
+    /// [default: 1,8,64; --quick: 8].
+    #[arg(long, value_delimiter = ',', value_name = "DEPTHS", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub queue_depth: Vec<u32>,
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
@@ -151,14 +156,31 @@ where
         Err(e) => return Err(e.into()),
     };
     let command = argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
-    execute_with(&args, &mut BuiltinBackends, &format!("ferrocomm {command}")).map(drop)
+    execute_with(&args, &mut FerroBackends::new(), &format!("ferrocomm {command}")).map(drop)
 }
 
-/// Runs `args` with the built-in modes ([`BuiltinBackends`]), recording this process's command line:
-/// what `ferrocomm bench` does once clap has parsed `Bench(BenchArgs)`.
+/// Runs `args` with every mode ([`FerroBackends`]: gpu and proxy on ferrocomm's kernels, cpu and nccl),
+/// recording this process's command line: what `ferrocomm bench` does once clap has parsed
+/// `Bench(BenchArgs)`.
 pub fn execute(args: &BenchArgs) -> Result<BenchData, CliError> {
-    let command: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
-    execute_with(args, &mut BuiltinBackends, &command.join(" "))
+    execute_with(args, &mut FerroBackends::new(), &command_line(std::env::args_os()))
+}
+
+/// The command line as the report shows it: the program by its file name (`ferrocomm`, not the path it
+/// was started from), then the arguments, quoted where a shell would need it.
+pub fn command_line<I: IntoIterator<Item = OsString>>(argv: I) -> String {
+    let mut words: Vec<String> = Vec::new();
+    for (i, arg) in argv.into_iter().enumerate() {
+        let arg = if i == 0 {
+            let path = PathBuf::from(&arg);
+            path.file_name().map_or_else(|| arg.to_string_lossy().into_owned(), |n| n.to_string_lossy().into_owned())
+        } else {
+            arg.to_string_lossy().into_owned()
+        };
+        let plain = !arg.is_empty() && arg.chars().all(|c| c.is_ascii_alphanumeric() || "-_.,/:=+@%".contains(c));
+        words.push(if plain { arg } else { format!("'{}'", arg.replace('\'', "'\\''")) });
+    }
+    words.join(" ")
 }
 
 impl BenchArgs {
@@ -173,11 +195,11 @@ impl BenchArgs {
             ops: if self.ops.is_empty() { Operation::ALL.to_vec() } else { dedup(&self.ops) },
             sizes,
             dtype: self.dtype,
-            iters: pick(self.iters, 100, 20),
-            warmup: pick(self.warmup, 20, 5),
-            trials: self.trials.unwrap_or(if self.quick { 5 } else { 10 }),
+            iters: pick(self.iters, 50, 20),
+            warmup: pick(self.warmup, 10, 5),
+            trials: self.trials.unwrap_or(if self.quick { 5 } else { 7 }),
             graph: !self.no_graph,
-            max_bytes_per_trial: 8 << 30,
+            max_bytes_per_trial: MAX_BYTES_PER_TRIAL,
         }
     }
 
@@ -190,8 +212,8 @@ impl BenchArgs {
     pub fn queue_depths(&self) -> Vec<u32> {
         match (self.queue_depth.is_empty(), self.quick) {
             (false, _) => dedup(&self.queue_depth),
-            (true, true) => vec![16],
-            (true, false) => vec![4, 16, 64],
+            (true, true) => vec![8],
+            (true, false) => vec![1, 8, 64],
         }
     }
 }
@@ -283,16 +305,18 @@ fn measure_all(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) 
         data.meta.notes.push(format!("Environment: `{}`.", env.join(" ")));
     }
 
-    let mut runs: Vec<(Mode, u32)> = Vec::new();
+    let mut runs: Vec<(Mode, Option<String>, u32)> = Vec::new();
     for mode in args.modes() {
-        match mode {
-            Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, d))),
-            _ => runs.push((mode, 0)),
+        for variant in opener.variants(mode) {
+            match mode {
+                Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, variant.clone(), d))),
+                _ => runs.push((mode, variant, 0)),
+            }
         }
     }
     let progress = progress_bar(plan.points() * runs.len() as u64);
-    for (mode, queue_depth) in runs {
-        let config = OpenConfig { gpus: args.gpus.clone(), queue_depth };
+    for (mode, variant, queue_depth) in runs {
+        let config = OpenConfig { gpus: args.gpus.clone(), queue_depth, variant: variant.clone() };
         let depth = (mode == Mode::Proxy).then_some(queue_depth);
         match opener.open(mode, &config) {
             Ok(mut backend) => {
@@ -303,7 +327,11 @@ fn measure_all(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) 
                     data.meta.nccl = nccl_version();
                 }
                 measure(backend.as_mut(), &plan, &progress, &mut data);
-                data.meta.notes.extend(backend.notes());
+                for note in backend.notes() {
+                    if !data.meta.notes.contains(&note) {
+                        data.meta.notes.push(note);
+                    }
+                }
             }
             Err(e) => {
                 progress.inc(plan.points());
@@ -312,6 +340,7 @@ fn measure_all(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) 
                     op,
                     mode,
                     queue_depth: depth,
+                    label: variant.clone(),
                     bytes: None,
                     reason: reason.clone(),
                 }));

@@ -14,6 +14,7 @@
 //! | [`backend`] | the trait every mode implements, and its errors |
 //! | [`method`] | warm-up, trials, sweeps, progress bar |
 //! | [`gpu`] | the built-in `cpu` and `nccl` modes (cudarc, loaded at run time) |
+//! | [`ferro`] | the `gpu` and `proxy` modes on ferrocomm's runtime and kernels, and the opener of every mode |
 //! | [`anchors`] | figures from the anchor scripts' output (torch symm_mem, NCCL, CUDA C++) |
 //! | [`crossover`] | which mode wins at which size |
 //! | [`report`] | terminal table, JSON, CSV, SVG plots, the report folder |
@@ -30,6 +31,7 @@ pub mod bandwidth;
 pub mod cli;
 pub mod cputime;
 pub mod crossover;
+pub mod ferro;
 pub mod gpu;
 pub mod method;
 pub mod model;

@@ -96,7 +96,7 @@ pub fn measure_point(
     Ok(Measurement {
         op,
         mode: backend.mode(),
-        label: None,
+        label: backend.label(),
         world,
         bytes,
         dtype: request.dtype,
@@ -117,12 +117,19 @@ pub fn measure_point(
 /// Sweeps every operation and size of `plan` on `backend`, adding points and skips to `out`.
 ///
 /// An operation the backend does not support, or whose check against the CPU reference fails, is skipped
-/// whole; a size that fails (out of memory, driver error) is skipped alone and the sweep goes on.
+/// whole; a size that fails (out of memory, driver error) is skipped alone and the sweep goes on. Sizes
+/// above the backend's [`size_limit`](Backend::size_limit) are skipped with one entry; operations outside
+/// its series ([`measures`](Backend::measures)) are left out silently.
 pub fn measure(backend: &mut dyn Backend, plan: &Plan, progress: &ProgressBar, out: &mut BenchData) {
     let mode = backend.mode();
     let queue_depth = backend.queue_depth();
-    let skip = |op, bytes, reason: String| Skipped { op, mode, queue_depth, bytes, reason };
+    let label = backend.label();
+    let skip = |op, bytes, reason: String| Skipped { op, mode, queue_depth, label: label.clone(), bytes, reason };
     for &op in &plan.ops {
+        if !backend.measures(op) {
+            progress.inc(plan.sizes.len() as u64);
+            continue;
+        }
         let dtype = plan.dtype_for(op);
         let checked = backend.supports(op).and_then(|()| backend.verify(op, dtype).map_err(|e| e.to_string()));
         if let Err(reason) = checked {
@@ -131,10 +138,17 @@ pub fn measure(backend: &mut dyn Backend, plan: &Plan, progress: &ProgressBar, o
             continue;
         }
         let mut done = Vec::new();
+        let limit = backend.size_limit(op);
+        let mut above_limit = false;
         for &size in &plan.sizes {
             progress.set_message(format!("{mode} {op} {}", format_size(size)));
             let bytes = op.round_bytes(size, backend.world(), dtype);
-            if bytes == 0 {
+            if let Some((max, why)) = limit.as_ref().filter(|(max, _)| bytes > *max) {
+                if !above_limit {
+                    above_limit = true;
+                    out.skipped.push(skip(op, Some(bytes), format!("sizes above {}: {why}", format_size(*max))));
+                }
+            } else if bytes == 0 {
                 let reason = format!("less than one {dtype} element per rank at {} ranks", backend.world());
                 out.skipped.push(skip(op, Some(size), reason));
             } else if !done.contains(&bytes) {

@@ -260,6 +260,13 @@ pub struct Measurement {
     pub graph: bool,
 }
 
+impl Skipped {
+    /// The series the skip belongs to, as plots and tables name it.
+    pub fn series(&self) -> Series {
+        Series { mode: self.mode, label: self.label.clone(), queue_depth: self.queue_depth }
+    }
+}
+
 impl Measurement {
     /// The series (one line in a plot, one column in the headline table) this point belongs to.
     pub fn series(&self) -> Series {
@@ -282,7 +289,7 @@ impl fmt::Display for Series {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.label, self.mode) {
             (Some(label), Mode::Anchor) => f.write_str(label)?,
-            (Some(label), mode) => write!(f, "{mode} {label}")?,
+            (Some(label), mode) => write!(f, "{mode}-{label}")?,
             (None, mode) => f.write_str(mode.name())?,
         }
         if let Some(depth) = self.queue_depth {
@@ -301,6 +308,9 @@ pub struct Skipped {
     pub mode: Mode,
     /// The proxy's queue depth, when the mode has one.
     pub queue_depth: Option<u32>,
+    /// The series label of a mode's variant (see [`Measurement::label`]).
+    #[serde(default)]
+    pub label: Option<String>,
     /// The size, or `None` when the whole operation was skipped.
     pub bytes: Option<u64>,
     /// Why.
@@ -394,6 +404,9 @@ mod tests {
         assert_eq!(anchor.to_string(), "torch symm_mem two-shot");
         let proxy = Series { mode: Mode::Proxy, label: None, queue_depth: Some(16) };
         assert_eq!(proxy.to_string(), "proxy qd=16");
+        let ll = Series { mode: Mode::Gpu, label: Some("ll".into()), queue_depth: None };
+        assert_eq!(ll.to_string(), "gpu-ll");
+        assert!(Series { mode: Mode::Gpu, label: None, queue_depth: None } < ll);
         assert!(Series { mode: Mode::Gpu, label: None, queue_depth: None } < anchor);
     }
 }

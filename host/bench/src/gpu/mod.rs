@@ -17,8 +17,9 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaGraph, CudaStream, DriverError,
 use crate::backend::{Backend, BackendError, BackendOpener, OpenConfig};
 use crate::model::Mode;
 
-/// The modes this crate provides: `cpu` and `nccl`. `gpu` and `proxy` come from ferrocomm's runtime and
-/// kernels through another [`BackendOpener`]; this one says so.
+/// The modes that need nothing but the driver: `cpu` and `nccl`. `gpu` and `proxy` run ferrocomm's
+/// kernels and come from [`FerroBackends`](crate::ferro::FerroBackends), which opens every mode; this one
+/// says so.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BuiltinBackends;
 
@@ -29,8 +30,8 @@ impl BackendOpener for BuiltinBackends {
             Mode::Nccl => Ok(Box::new(nccl_mode::NcclBackend::open(config.gpus.as_deref())?)),
             Mode::Gpu | Mode::Proxy => Err(BackendError::NotAvailable {
                 mode,
-                reason: "the ferrocomm kernels backend is not wired into this build yet \
-                         (it plugs in as a ferrocomm_bench::BackendOpener)"
+                reason: "BuiltinBackends opens cpu and nccl only; open gpu and proxy with \
+                         ferrocomm_bench::ferro::FerroBackends"
                     .into(),
             }),
             Mode::Anchor => {
@@ -71,6 +72,26 @@ pub fn driver_version() -> Option<String> {
     Some(format!("{}.{}", version / 1000, (version % 1000) / 10))
 }
 
+/// The GPU ordinals `mode` runs on, in rank order: `ordinals` checked against the GPUs the driver sees (each
+/// once, at least `need` of them), or every visible GPU when `None`.
+pub fn resolve_ordinals(mode: Mode, ordinals: Option<&[usize]>, need: usize) -> Result<Vec<usize>, BackendError> {
+    let count = device_count()?;
+    let ordinals: Vec<usize> = match ordinals {
+        Some(list) => list.to_vec(),
+        None => (0..count).collect(),
+    };
+    if let Some(&ordinal) = ordinals.iter().find(|o| **o >= count) {
+        return Err(BackendError::NoSuchGpu { ordinal, count });
+    }
+    if let Some((_, &ordinal)) = ordinals.iter().enumerate().find(|(i, o)| ordinals[..*i].contains(o)) {
+        return Err(BackendError::DuplicateGpu { ordinal });
+    }
+    if ordinals.len() < need {
+        return Err(BackendError::TooFewGpus { mode, need, have: ordinals.len() });
+    }
+    Ok(ordinals)
+}
+
 /// The GPUs of one run, in rank order: a context and a non-blocking stream each, peer access enabled
 /// between every pair that supports it.
 #[derive(Debug)]
@@ -84,20 +105,7 @@ pub struct Gpus {
 impl Gpus {
     /// Opens `ordinals` (every visible GPU when `None`) for `mode`, which needs at least `need` of them.
     pub fn open(mode: Mode, ordinals: Option<&[usize]>, need: usize) -> Result<Gpus, BackendError> {
-        let count = device_count()?;
-        let ordinals: Vec<usize> = match ordinals {
-            Some(list) => list.to_vec(),
-            None => (0..count).collect(),
-        };
-        if let Some(&ordinal) = ordinals.iter().find(|o| **o >= count) {
-            return Err(BackendError::NoSuchGpu { ordinal, count });
-        }
-        if let Some((_, &ordinal)) = ordinals.iter().enumerate().find(|(i, o)| ordinals[..*i].contains(o)) {
-            return Err(BackendError::DuplicateGpu { ordinal });
-        }
-        if ordinals.len() < need {
-            return Err(BackendError::TooFewGpus { mode, need, have: ordinals.len() });
-        }
+        let ordinals = resolve_ordinals(mode, ordinals, need)?;
         let mut ctxs = Vec::new();
         let mut streams = Vec::new();
         for &ordinal in &ordinals {

@@ -31,8 +31,10 @@ that fails is reported under *Not measured* instead of producing figures.
 - Each point: warm-up operations, then timed trials of back-to-back operations (fewer per trial for large \
 messages, see *iterations* in the data); the tables give the median, min and max over trials of the time \
 per operation.
-- GPU time comes from CUDA events around the operations, as CUDA-graph replay where the *graph* column says \
-yes. The CPU-initiated ping-pong is timed with the host clock, since the host takes part in every hop.
+- GPU time: CUDA events around the operations for cpu and nccl; the GPUs' own `%globaltimer` for gpu and \
+proxy (stamp kernels around the captured operations, or the kernel that loops over a trial's operations \
+itself: see the notes below). The *graph* column says which points were timed as CUDA-graph replay. The \
+CPU-initiated ping-pong is timed with the host clock, since the host takes part in every hop.
 - Ping-pong times are one way (half a round trip); put is one direction, GPU 0 to GPU 1.
 - Sizes: the all-reduce buffer; the whole gathered buffer for all-gather; one rank's send buffer for \
 all-to-all; the message for ping-pong and put.

@@ -116,10 +116,7 @@ pub fn terminal_report(data: &BenchData) -> String {
 pub fn skipped_rows(data: &BenchData) -> Vec<Vec<String>> {
     let mut groups: Vec<(String, String, String, Vec<&str>)> = Vec::new();
     for s in &data.skipped {
-        let mode = match s.queue_depth {
-            Some(depth) => format!("{} qd={depth}", s.mode),
-            None => s.mode.to_string(),
-        };
+        let mode = s.series().to_string();
         let size = s.bytes.map_or_else(|| "all".to_owned(), format_size);
         let reason = s.reason.replace('\n', " ");
         match groups.iter_mut().find(|g| g.0 == mode && g.1 == size && g.2 == reason) {
@@ -185,6 +182,8 @@ fn cell(m: &Measurement) -> String {
         s += &format!(" ({})", m.label.as_deref().unwrap_or("anchor"));
     } else if let Some(depth) = m.queue_depth {
         s += &format!(" (qd={depth})");
+    } else if let Some(label) = &m.label {
+        s += &format!(" ({label})");
     }
     s
 }
@@ -250,8 +249,14 @@ mod tests {
     #[test]
     fn skipped_rows_group_operations() {
         use crate::model::Skipped;
-        let skip =
-            |op, bytes, reason: &str| Skipped { op, mode: Mode::Cpu, queue_depth: None, bytes, reason: reason.into() };
+        let skip = |op, bytes, reason: &str| Skipped {
+            op,
+            mode: Mode::Cpu,
+            queue_depth: None,
+            label: None,
+            bytes,
+            reason: reason.into(),
+        };
         let data = BenchData {
             skipped: vec![
                 skip(Operation::PingPong, None, "no driver"),

@@ -1,0 +1,305 @@
+//! The `gpu` mode: GPU-initiated communication with ferrocomm's library (`ferrocomm-kernels`).
+//!
+//! - ping-pong up to [`PING_MAX_BYTES`]: the library's ping-pong kernel, every round trip inside one
+//!   launch, timed by the kernel with `%globaltimer` — put + `st.release.sys` flag / `ld.acquire.sys` poll
+//!   for the `gpu` series, LL packets (data and flag in one 16-byte store) for `gpu-ll`;
+//! - everything else (ping-pong above that size as a put 0 → 1 then a put 1 → 0, put 0 → 1, all-reduce,
+//!   all-gather, all-to-all with one row per destination): the trial's calls captured into one CUDA graph
+//!   between two clock stamps ([`Stamps`]) and timed on the device as the graph replays (with `--no-graph`,
+//!   launched one by one with a host wait after each, between the same stamps).
+//!
+//! Each operation is checked once against the library's CPU reference (see `super::checks`) before
+//! it is timed. Buffers are allocated when a request is first captured; the graph keeps them alive, and
+//! dropping it (for the next request) frees them.
+
+use std::time::Duration;
+
+use ferrocomm::{SymBuffer, Team, TeamGraph};
+use ferrocomm_device::{bf16, f16};
+use ferrocomm_kernels::{CommError, Communicator, Op, PingProtocol, Reducible, Route};
+
+use super::checks::{self, put_round_trip, unsupported_u8};
+use super::timed::Stamps;
+use super::{LL_LABEL, bench_team, comm, describe_team, grid, iters_u32, runtime};
+use crate::backend::{Backend, BackendError, OpenConfig, Request, Timing};
+use crate::cputime::thread_cpu_time;
+use crate::model::{Dtype, Mode, Operation};
+
+/// The largest payload of the library's ping-pong kernels (`Communicator::ping_pong` refuses more; the
+/// library does not export the constant, and the checks run a ping-pong of exactly this size).
+pub const PING_MAX_BYTES: usize = 256;
+
+/// Which series a [`GpuBackend`] measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    /// `gpu`: every operation; release/acquire ping-pong.
+    Main,
+    /// `gpu-ll`: the LL-packet ping-pong only.
+    Ll,
+}
+
+impl Variant {
+    fn protocol(self) -> PingProtocol {
+        match self {
+            Variant::Main => PingProtocol::ReleaseAcquire,
+            Variant::Ll => PingProtocol::Ll,
+        }
+    }
+}
+
+/// What a captured graph was made for: operation, bytes, element type, operations.
+type Key = (Operation, u64, Dtype, u64);
+
+#[derive(Debug)]
+struct Captured {
+    key: Key,
+    graph: TeamGraph<'static>,
+    blocks: u32,
+}
+
+/// GPU-initiated operations through a `Communicator` on a team of GPUs.
+#[derive(Debug)]
+pub struct GpuBackend {
+    // Field order is drop order: the graph (which pins its buffers) before the communicator.
+    captured: Option<Captured>,
+    stamps: Stamps,
+    comm: Communicator<'static>,
+    team: &'static Team,
+    variant: Variant,
+}
+
+impl GpuBackend {
+    /// Opens `variant` on the GPUs of `config` (the process's shared team, see
+    /// [`bench_team`](super::bench_team())).
+    pub fn open(config: &OpenConfig, variant: Variant) -> Result<GpuBackend, BackendError> {
+        GpuBackend::new(bench_team(Mode::Gpu, config)?, variant)
+    }
+
+    /// `variant` on `team` (any backend: the emulator runs the same kernels, for tests).
+    pub fn new(team: &'static Team, variant: Variant) -> Result<GpuBackend, BackendError> {
+        let comm_ = Communicator::new(team).map_err(comm(Mode::Gpu))?;
+        let stamps = Stamps::new(team).map_err(runtime(Mode::Gpu))?;
+        Ok(GpuBackend { captured: None, stamps, comm: comm_, team, variant })
+    }
+
+    fn uses_kernel(&self, op: Operation, bytes: u64) -> bool {
+        op == Operation::PingPong && bytes <= PING_MAX_BYTES as u64
+    }
+
+    /// One launch of the library's ping-pong kernel: `iters` round trips timed inside the kernel.
+    fn ping_kernel(&mut self, bytes: usize, iters: u64) -> Result<Timing, BackendError> {
+        let iters = iters_u32(Mode::Gpu, iters)?;
+        let started = thread_cpu_time();
+        let result = self.comm.ping_pong(0, 1, iters, bytes, self.variant.protocol()).map_err(comm(Mode::Gpu))?;
+        // Allocation, launch, wait and read-back: the kernel itself needs no host.
+        let wait_cpu = thread_cpu_time().saturating_sub(started);
+        if result.total_ns == 0 {
+            return Err(BackendError::External {
+                mode: Mode::Gpu,
+                source: "the ping-pong kernel reported 0 ns".into(),
+            });
+        }
+        Ok(Timing { us_per_op: result.one_way_ns() / 1e3, graph: false, sms_used: Some(1), wait_cpu })
+    }
+
+    /// Captures `request`'s graph unless the cached one is for it (dropping the old graph first, which
+    /// frees its buffers before new ones are allocated).
+    fn ensure_graph(&mut self, request: &Request) -> Result<(), BackendError> {
+        let key = (request.op, request.bytes, request.dtype, request.iters);
+        if self.captured.as_ref().is_some_and(|c| c.key == key) {
+            return Ok(());
+        }
+        self.captured = None;
+        let recorded = workload(&mut self.comm, &mut self.stamps, self.team, request).map_err(comm(Mode::Gpu))?;
+        let Some(graph) = recorded else {
+            return Err(BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() });
+        };
+        let blocks = self.blocks(request);
+        self.captured = Some(Captured { key, graph, blocks });
+        Ok(())
+    }
+
+    fn blocks(&self, request: &Request) -> u32 {
+        grid::blocks(&self.comm, request.op, request.bytes as usize, request.dtype.size(), false)
+    }
+
+    /// Times `request` as a replay of its graph, or (`request.graph == false`) as eager launches.
+    fn timed(&mut self, request: &Request) -> Result<Timing, BackendError> {
+        let ranks = self.ranks(request.op);
+        let stamp_error = |e| BackendError::External { mode: Mode::Gpu, source: Box::new(e) };
+        let (ns, wait_cpu, blocks) = if request.graph {
+            self.ensure_graph(request)?;
+            let Some(captured) = &self.captured else {
+                return Err(BackendError::External { mode: Mode::Gpu, source: "no graph after capturing".into() });
+            };
+            let (ns, wait_cpu) = self.stamps.time_replay(&captured.graph, &ranks).map_err(stamp_error)?;
+            (ns, wait_cpu, captured.blocks)
+        } else {
+            // The host launches and waits for every call: that is this path's cost, so nothing is left out.
+            self.captured = None;
+            workload(&mut self.comm, &mut self.stamps, self.team, request).map_err(comm(Mode::Gpu))?;
+            (self.stamps.longest_ns(&ranks).map_err(stamp_error)?, Duration::ZERO, self.blocks(request))
+        };
+        let hops = if request.op == Operation::PingPong { 2 } else { 1 };
+        let us_per_op = ns as f64 / 1e3 / (request.iters * hops) as f64;
+        Ok(Timing { us_per_op, graph: request.graph, sms_used: Some(blocks), wait_cpu })
+    }
+
+    fn ranks(&self, op: Operation) -> Vec<usize> {
+        if op.is_collective() { (0..self.team.world()).collect() } else { vec![0, 1] }
+    }
+
+    fn unsupported(&self, op: Operation) -> BackendError {
+        let reason = self.supports(op).err().unwrap_or_default();
+        BackendError::Unsupported { mode: Mode::Gpu, op, reason }
+    }
+}
+
+/// Records `request.iters` operations of `request.op` between the clock stamps on fresh buffers: captured
+/// into the returned graph, or run now when `request.graph` is false (see [`Stamps::record`]).
+fn workload(
+    comm_: &mut Communicator<'static>,
+    stamps: &mut Stamps,
+    team: &'static Team,
+    request: &Request,
+) -> Result<Option<TeamGraph<'static>>, CommError> {
+    let (bytes, iters, world, graph) = (request.bytes as usize, request.iters, team.world(), request.graph);
+    match request.op {
+        Operation::PingPong => {
+            let (a, mut b, mut c) =
+                (SymBuffer::new(team, bytes)?, SymBuffer::new(team, bytes)?, SymBuffer::new(team, bytes)?);
+            stamps.record(comm_, iters, graph, |comm_| put_round_trip(comm_, &a, &mut b, &mut c))
+        }
+        Operation::PutBandwidth => {
+            let (src, mut dst) = (SymBuffer::<u8>::new(team, bytes)?, SymBuffer::<u8>::new(team, bytes)?);
+            stamps.record(comm_, iters, graph, |comm_| {
+                Ok(comm_.put(&src, &mut dst, Route::Pair { from: 0, to: 1 })?.wait()?)
+            })
+        }
+        Operation::AllReduce => match request.dtype {
+            Dtype::Bf16 => all_reduce::<bf16>(comm_, stamps, team, bytes, iters, graph),
+            Dtype::F16 => all_reduce::<f16>(comm_, stamps, team, bytes, iters, graph),
+            Dtype::F32 => all_reduce::<f32>(comm_, stamps, team, bytes, iters, graph),
+            // `run` refuses u8 before capturing; the empty element type moves nothing.
+            Dtype::U8 => Err(CommError::BadTuning { reason: "no u8 all-reduce".into() }),
+        },
+        Operation::AllGather => {
+            let input = SymBuffer::<u8>::new(team, bytes / world)?;
+            let mut output = SymBuffer::<u8>::new(team, bytes)?;
+            stamps.record(comm_, iters, graph, |comm_| Ok(comm_.all_gather(&input, &mut output)?.wait()?))
+        }
+        Operation::AllToAll => {
+            // One row of `bytes / world` per destination: every rank sends chunk q of its buffer to rank q.
+            let row = bytes / world;
+            let send = SymBuffer::<u8>::new(team, row * world)?;
+            let counts = SymBuffer::from_host(team, &vec![1u32; world])?;
+            let mut recv = SymBuffer::<u8>::new(team, row * world)?;
+            let mut recv_counts = SymBuffer::<u32>::new(team, world)?;
+            stamps.record(comm_, iters, graph, |comm_| {
+                Ok(comm_.all_to_all(&send, &counts, &mut recv, &mut recv_counts, row, 1)?.wait()?)
+            })
+        }
+    }
+}
+
+/// An in-place sum all-reduce of `bytes` per rank, `iters` times.
+fn all_reduce<T: Reducible>(
+    comm_: &mut Communicator<'static>,
+    stamps: &mut Stamps,
+    team: &'static Team,
+    bytes: usize,
+    iters: u64,
+    graph: bool,
+) -> Result<Option<TeamGraph<'static>>, CommError> {
+    let mut buf = SymBuffer::<T>::new(team, bytes / size_of::<T>())?;
+    stamps.record(comm_, iters, graph, |comm_| Ok(comm_.all_reduce(&mut buf, Op::Sum)?.wait()?))
+}
+
+impl Backend for GpuBackend {
+    fn mode(&self) -> Mode {
+        Mode::Gpu
+    }
+
+    fn queue_depth(&self) -> Option<u32> {
+        None
+    }
+
+    fn world(&self) -> usize {
+        self.team.world()
+    }
+
+    fn label(&self) -> Option<String> {
+        (self.variant == Variant::Ll).then(|| LL_LABEL.to_owned())
+    }
+
+    fn measures(&self, op: Operation) -> bool {
+        self.variant == Variant::Main || op == Operation::PingPong
+    }
+
+    fn size_limit(&self, op: Operation) -> Option<(u64, String)> {
+        (self.variant == Variant::Ll && op == Operation::PingPong)
+            .then(|| (PING_MAX_BYTES as u64, "an LL ping-pong carries its payload in one warp's packets".to_owned()))
+    }
+
+    fn supports(&self, op: Operation) -> Result<(), String> {
+        match (self.variant, op) {
+            (Variant::Main, _) | (Variant::Ll, Operation::PingPong) => Ok(()),
+            (Variant::Ll, _) => Err("the gpu-ll series is the LL-packet ping-pong; the gpu series has the rest".into()),
+        }
+    }
+
+    fn verify(&mut self, op: Operation, dtype: Dtype) -> Result<(), BackendError> {
+        if self.supports(op).is_err() {
+            return Err(self.unsupported(op));
+        }
+        let put_pings = self.variant == Variant::Main;
+        checks::check(&mut self.comm, op, dtype, &[self.variant.protocol()], put_pings)
+    }
+
+    fn run(&mut self, request: &Request) -> Result<Timing, BackendError> {
+        let op = request.op;
+        if self.supports(op).is_err() {
+            return Err(self.unsupported(op));
+        }
+        if op == Operation::AllReduce && request.dtype == Dtype::U8 {
+            return Err(unsupported_u8());
+        }
+        if self.uses_kernel(op, request.bytes) {
+            return self.ping_kernel(request.bytes as usize, request.iters);
+        }
+        if self.variant == Variant::Ll {
+            return Err(BackendError::Unsupported {
+                mode: Mode::Gpu,
+                op,
+                reason: format!("an LL ping-pong carries at most {PING_MAX_BYTES} bytes"),
+            });
+        }
+        self.timed(&Request { iters: request.iters.max(1), ..*request })
+    }
+
+    fn devices(&self) -> Vec<String> {
+        describe_team(self.team)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        match self.variant {
+            Variant::Main => vec![
+                format!(
+                    "gpu: ping-pong up to {PING_MAX_BYTES} B is the library's ping-pong kernel (put, st.release.sys \
+                     flag, ld.acquire.sys poll), every round trip of a trial inside one launch, timed by the \
+                     kernel with %globaltimer (graph: no; host CPU leaves out the one launch per trial); larger \
+                     ping-pongs are a put 0→1 and a put 1→0 per round trip."
+                ),
+                "gpu: every other operation is a trial's calls captured into one CUDA graph between two \
+                 one-thread %globaltimer stamp kernels (with --no-graph: launched one by one, each waited for); \
+                 the time is the longest stamped span over the ranks divided by the calls (CUDA events cannot \
+                 be recorded on the runtime's streams). SMs: blocks per rank of the library's grid for the call."
+                    .to_owned(),
+            ],
+            Variant::Ll => vec![format!(
+                "gpu-ll: the library's LL-packet ping-pong (data and flag in each 16-byte store, no fence), every \
+                 round trip of a trial inside one launch, timed with %globaltimer; payloads up to {PING_MAX_BYTES} B."
+            )],
+        }
+    }
+}

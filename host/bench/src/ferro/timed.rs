@@ -1,0 +1,138 @@
+//! Device time of a CUDA-graph replay: the graph is captured as `clock_stamp(0)`, the operations,
+//! `clock_stamp(1)`, where each stamp is a one-thread kernel writing `%globaltimer` into a per-rank slot.
+//! Stream order puts the first stamp before the first operation and the second after the last, so
+//! `stamp[1] - stamp[0]` on a rank is that rank's time for the operations (plus one kernel boundary, spread
+//! over all of them) — what CUDA events recorded around the replay would give. Nothing on the host runs
+//! between the stamps: the host replays the graph, then waits, then reads the stamps.
+//!
+//! Events themselves cannot be used: a team's streams are the runtime's own and are not exposed, and an
+//! event must be recorded on the stream it times.
+
+use std::time::Duration;
+
+use ferrocomm::{LaunchConfig, SymBuffer, Team, TeamGraph};
+use ferrocomm_kernels::kernels::proxy::clock_stamp;
+use ferrocomm_kernels::{CommError, Communicator};
+use thiserror::Error;
+
+use crate::cputime::thread_cpu_time;
+
+/// Why a replay has no time.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StampError {
+    /// The runtime failed (replay, wait, reading the stamps).
+    #[error(transparent)]
+    Runtime(#[from] ferrocomm::Error),
+    /// A rank's stamps do not describe a span: a stamp kernel did not run, or the clock went backwards.
+    #[error("rank {rank}: clock stamps {start} → {end} ns do not span the replay ({why})")]
+    Stamps {
+        /// The rank.
+        rank: usize,
+        /// First stamp.
+        start: u64,
+        /// Second stamp.
+        end: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
+}
+
+/// The span between one rank's two stamps, in ns. Both were cleared to zero before the replay, so a zero
+/// means the stamp did not run.
+pub fn span_ns(rank: usize, stamps: &[u64]) -> Result<u64, StampError> {
+    let (start, end) = (stamps.first().copied().unwrap_or(0), stamps.get(1).copied().unwrap_or(0));
+    let bad = |why| Err(StampError::Stamps { rank, start, end, why });
+    if start == 0 || end == 0 {
+        return bad("a stamp kernel did not run");
+    }
+    if end < start {
+        return bad("the second stamp is earlier than the first");
+    }
+    Ok(end - start)
+}
+
+/// Two `%globaltimer` slots per rank.
+#[derive(Debug)]
+pub struct Stamps {
+    buf: SymBuffer<u64>,
+}
+
+impl Stamps {
+    /// Slots on every rank of `team`.
+    pub fn new(team: &Team) -> Result<Stamps, ferrocomm::Error> {
+        Ok(Stamps { buf: SymBuffer::new(team, 2)? })
+    }
+
+    /// Launches (or, inside a capture, records) the stamp kernel writing slot `slot` on every rank.
+    pub fn stamp(&mut self, team: &Team, slot: u32) -> Result<(), ferrocomm::Error> {
+        clock_stamp::launch(team, LaunchConfig::single(), &mut self.buf, slot)?.wait()
+    }
+
+    /// `iters` calls of `op` between the two stamps: captured into a graph (`graph`), which is returned, or
+    /// run now with a host wait after each call (the library's launch guards wait), after which
+    /// [`Stamps::longest_ns`] has their time.
+    pub fn record<'t>(
+        &mut self,
+        comm: &mut Communicator<'t>,
+        iters: u64,
+        graph: bool,
+        mut op: impl FnMut(&mut Communicator<'t>) -> Result<(), CommError>,
+    ) -> Result<Option<TeamGraph<'t>>, CommError> {
+        if !graph {
+            self.buf.fill(0)?;
+        }
+        let mut body = |comm: &mut Communicator<'t>| {
+            let team = comm.team();
+            self.stamp(team, 0)?;
+            for _ in 0..iters {
+                op(comm)?;
+            }
+            self.stamp(team, 1)?;
+            Ok(())
+        };
+        if graph {
+            return comm.capture(body).map(Some);
+        }
+        body(comm)?;
+        Ok(None)
+    }
+
+    /// The longest span between the stamps over `ranks`, in ns, once every stamp kernel has finished.
+    pub fn longest_ns(&self, ranks: &[usize]) -> Result<u64, StampError> {
+        let mut longest = 0;
+        for &rank in ranks {
+            longest = longest.max(span_ns(rank, &self.buf.to_host(rank)?)?);
+        }
+        Ok(longest)
+    }
+
+    /// Replays `graph` (recorded by [`Stamps::record`] with these stamps) once and returns the longest
+    /// stamped span over `ranks` in ns, and the CPU time this thread spent clearing the stamps, waiting for
+    /// the replay and reading the stamps: the harness's cost. Only launching the replay is the mode's.
+    pub fn time_replay(&mut self, graph: &TeamGraph<'_>, ranks: &[usize]) -> Result<(u64, Duration), StampError> {
+        let clearing = thread_cpu_time();
+        self.buf.fill(0)?;
+        let cleared = thread_cpu_time().saturating_sub(clearing);
+        let guard = graph.replay()?;
+        let waiting = thread_cpu_time();
+        guard.wait()?;
+        let longest = self.longest_ns(ranks)?;
+        Ok((longest, cleared + thread_cpu_time().saturating_sub(waiting)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans() {
+        assert_eq!(span_ns(0, &[1_000, 4_500]).unwrap(), 3_500);
+        assert_eq!(span_ns(0, &[7, 7]).unwrap(), 0);
+        let e = span_ns(1, &[0, 5]).unwrap_err().to_string();
+        assert!(e.contains("rank 1") && e.contains("did not run"), "{e}");
+        assert!(span_ns(0, &[9, 3]).unwrap_err().to_string().contains("earlier"));
+        assert!(span_ns(0, &[9]).is_err());
+    }
+}
