@@ -155,6 +155,7 @@ fn synthetic() -> BenchData {
         op: Operation::AllReduce,
         mode: Mode::Cpu,
         queue_depth: None,
+        label: None,
         bytes: None,
         reason: "a CPU-initiated all-reduce needs a reduction kernel".into(),
     });
