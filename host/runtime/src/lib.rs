@@ -47,7 +47,7 @@ pub mod module;
 pub mod system;
 pub mod team;
 
-pub use error::{Cmp, DeviceError, DeviceErrors, Error, Location, SignalRef};
+pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, GpuThread, Location, SignalRef};
 pub use graph::TeamGraph;
 pub use launch::{Kernel, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
 pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};

@@ -28,7 +28,8 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 10_000_000_000;
 /// The name of the module-global holding the [`LaunchCtx`] in every PTX module.
 pub const LAUNCH_CTX_SYMBOL: &str = "FERROCOMM_LAUNCH_CTX";
 
-/// What went wrong on the device.
+/// What went wrong on the device. `Timeout` and `Panic` come from GPUs and the emulator alike; the others
+/// only from the emulator's checker (see `emu`), which sees what a GPU cannot.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -36,6 +37,16 @@ pub enum ErrorKind {
     Timeout = 1,
     /// Device code panicked (bounds check, `unwrap`, explicit `panic!`).
     Panic = 2,
+    /// Checker: a thread read a put's destination without an acquire ordering the read after the put (it
+    /// did not wait on the signal that covers the put, or read before waiting).
+    Race = 3,
+    /// Checker: the source of a non-blocking put changed before the put completed (`quiet()`).
+    SourceOverwritten = 4,
+    /// Checker: a wait timed out on a signal that no rank wrote during the launch.
+    UnraisedSignal = 5,
+    /// Checker: ranks (or blocks of a rank) advanced a signal pad's epoch — what every signal-pad barrier
+    /// waits on — a different number of times.
+    BarrierMismatch = 6,
 }
 
 impl ErrorKind {
@@ -44,6 +55,10 @@ impl ErrorKind {
         match v {
             1 => Some(ErrorKind::Timeout),
             2 => Some(ErrorKind::Panic),
+            3 => Some(ErrorKind::Race),
+            4 => Some(ErrorKind::SourceOverwritten),
+            5 => Some(ErrorKind::UnraisedSignal),
+            6 => Some(ErrorKind::BarrierMismatch),
             _ => None,
         }
     }
@@ -53,6 +68,17 @@ impl ErrorKind {
 pub const ERROR_FILE_BYTES: usize = 96;
 
 /// One device error, as the host reads it back.
+///
+/// The fields `signal`, `expected`, `observed` and `cmp` are named after the timeout; other kinds use them
+/// as follows (the layout is the same for every kind):
+///
+/// | kind | `signal` | `expected`, `observed` | `cmp` | location |
+/// | --- | --- | --- | --- | --- |
+/// | `Timeout`, `UnraisedSignal` | the signal's address | value waited for, last value read | [`Cmp`] | the wait |
+/// | `Panic` | — | — | — | the panic |
+/// | `Race` | first byte read | the writer, [`ThreadRef::pack`] | bytes in conflict | the read |
+/// | `SourceOverwritten` | first changed source byte | destination address, source address | [`SourceCheck`] | the put |
+/// | `BarrierMismatch` | the pad's base address on this rank | advances expected, advances made | [`MismatchScope`] | the last `advance_epoch` |
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorRecord {
@@ -94,6 +120,83 @@ impl ErrorRecord {
     /// The decoded [`ErrorKind`], `None` for a code this library does not know.
     pub fn error_kind(&self) -> Option<ErrorKind> {
         ErrorKind::from_u32(self.kind)
+    }
+}
+
+/// Another GPU thread of a team launch, named by a checker record in its `expected` and `observed` fields
+/// (the writer of a `Race`).
+#[cfg(not(target_arch = "nvptx64"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadRef {
+    /// Its rank.
+    pub rank: u32,
+    /// Its block index.
+    pub block: [u32; 3],
+    /// Its thread index in the block.
+    pub thread: [u32; 3],
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl ThreadRef {
+    /// Packs the thread into two record fields: block indices of up to 21 bits each, then thread indices
+    /// of up to 10 bits (11 for x) and the rank (32). The emulator's grids fit (at most 4096 threads).
+    pub fn pack(&self) -> (u64, u64) {
+        let b = self.block.map(|v| u64::from(v) & 0x1f_ffff);
+        let t = self.thread.map(u64::from);
+        let block = b[0] | b[1] << 21 | b[2] << 42;
+        let rest = (t[0] & 0x7ff) | (t[1] & 0x7ff) << 11 | (t[2] & 0x3ff) << 22 | u64::from(self.rank) << 32;
+        (block, rest)
+    }
+
+    /// The thread [`pack`](ThreadRef::pack) packed.
+    pub fn unpack(block: u64, rest: u64) -> ThreadRef {
+        ThreadRef {
+            rank: (rest >> 32) as u32,
+            block: [block & 0x1f_ffff, (block >> 21) & 0x1f_ffff, (block >> 42) & 0x1f_ffff].map(|v| v as u32),
+            thread: [rest & 0x7ff, (rest >> 11) & 0x7ff, (rest >> 22) & 0x3ff].map(|v| v as u32),
+        }
+    }
+}
+
+/// When the checker found a non-blocking put's source changed (the `cmp` of a `SourceOverwritten` record).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceCheck {
+    /// At the issuing thread's `quiet()` (or another system-scope fence).
+    AtQuiet = 0,
+    /// At the end of the thread, which never quieted the put.
+    AtThreadEnd = 1,
+}
+
+impl SourceCheck {
+    /// Decodes the `cmp` field of a `SourceOverwritten` record.
+    pub fn from_u32(v: u32) -> Option<SourceCheck> {
+        match v {
+            0 => Some(SourceCheck::AtQuiet),
+            1 => Some(SourceCheck::AtThreadEnd),
+            _ => None,
+        }
+    }
+}
+
+/// Between whom a signal pad's epoch advances differ (the `cmp` of a `BarrierMismatch` record).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MismatchScope {
+    /// This rank advanced the pad a different number of times than the other ranks.
+    Ranks = 0,
+    /// This block called `advance_epoch` a different number of times than the other blocks of its rank.
+    Blocks = 1,
+}
+
+impl MismatchScope {
+    /// Decodes the `cmp` field of a `BarrierMismatch` record.
+    pub fn from_u32(v: u32) -> Option<MismatchScope> {
+        match v {
+            0 => Some(MismatchScope::Ranks),
+            1 => Some(MismatchScope::Blocks),
+            _ => None,
+        }
     }
 }
 

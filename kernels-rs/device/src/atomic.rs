@@ -2,7 +2,7 @@
 //! GPU (`.gpu`), [`SysAtomicU32`]/[`SysAtomicU64`] threads of every GPU and the host (`.sys`, what peers
 //! over NVLink need) — and the ordering is in the method name (`_relaxed`, `_acquire`, `_release`,
 //! `_acq_rel`). Each method is one PTX instruction; in the emulator, the `std::sync::atomic` operation of
-//! the same ordering.
+//! the same ordering, which the emulator's checker follows (what a release publishes, an acquire learns).
 //!
 //! ```
 //! # use ferrocomm_device::atomic::SysAtomicU64;
@@ -30,7 +30,9 @@ macro_rules! load {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                self.host().load(core::sync::atomic::Ordering::$ord)
+                use core::sync::atomic::Ordering;
+                let op = crate::emu::check::AtomicOp::Load(Ordering::$ord);
+                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().load(Ordering::$ord))
             }
         }
     };
@@ -48,7 +50,12 @@ macro_rules! store {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                self.host().store(v, core::sync::atomic::Ordering::$ord)
+                use core::sync::atomic::Ordering;
+                let op = crate::emu::check::AtomicOp::Store(Ordering::$ord);
+                crate::emu::check::atomic(self.0.get() as usize, op, || {
+                    self.host().store(v, Ordering::$ord);
+                    0u64
+                });
             }
         }
     };
@@ -71,7 +78,9 @@ macro_rules! rmw {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                self.host().$host(v, core::sync::atomic::Ordering::$ord)
+                use core::sync::atomic::Ordering;
+                let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
+                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().$host(v, Ordering::$ord))
             }
         }
     };
@@ -96,9 +105,16 @@ macro_rules! cas {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                match self.host().compare_exchange(current, new, Ordering::$ord, Ordering::$fail) {
-                    Ok(v) | Err(v) => v,
-                }
+                let op = crate::emu::check::AtomicOp::Cas {
+                    success: Ordering::$ord,
+                    failure: Ordering::$fail,
+                    current: u64::from(current),
+                };
+                crate::emu::check::atomic(self.0.get() as usize, op, || {
+                    match self.host().compare_exchange(current, new, Ordering::$ord, Ordering::$fail) {
+                        Ok(v) | Err(v) => v,
+                    }
+                })
             }
         }
     };
@@ -304,7 +320,9 @@ impl SysAtomicU64 {
         }
         #[cfg(not(target_arch = "nvptx64"))]
         {
-            self.host().fetch_add(v, core::sync::atomic::Ordering::Release);
+            use core::sync::atomic::Ordering;
+            let op = crate::emu::check::AtomicOp::Rmw(Ordering::Release);
+            crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::Release));
         }
     }
 }

@@ -22,7 +22,7 @@ struct Details<'a> {
 }
 
 /// The tail of `file` that fits a record, starting on a character boundary.
-fn file_tail(file: &str) -> &[u8] {
+pub(crate) fn file_tail(file: &str) -> &[u8] {
     let bytes = file.as_bytes();
     if bytes.len() <= ERROR_FILE_BYTES {
         return bytes;

@@ -1,12 +1,13 @@
 //! Memory fences, scope and strength in the name. On the host each maps to `std::sync::atomic::fence` of
-//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`).
+//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`), and tells the emulator's checker (a
+//! system-scope fence is also what completes non-blocking puts: `quiet`).
 
 #[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
 
 /// One fence: a literal `asm!` on the GPU, `fence(ordering)` on the host.
 macro_rules! fence_fn {
-    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident) => {
+    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident, $system:literal) => {
         $(#[$doc])*
         #[inline(always)]
         pub fn $name() {
@@ -18,6 +19,7 @@ macro_rules! fence_fn {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 core::sync::atomic::fence(core::sync::atomic::Ordering::$ord);
+                crate::emu::check::fence($system);
             }
         }
     };
@@ -25,25 +27,25 @@ macro_rules! fence_fn {
 
 fence_fn!(
     /// `fence.acq_rel.cta`: orders this thread's accesses as seen by threads of its block.
-    fence_acq_rel_cta, "fence.acq_rel.cta;", AcqRel
+    fence_acq_rel_cta, "fence.acq_rel.cta;", AcqRel, false
 );
 fence_fn!(
     /// `fence.acq_rel.gpu`: orders this thread's accesses as seen by threads of its GPU.
-    fence_acq_rel_gpu, "fence.acq_rel.gpu;", AcqRel
+    fence_acq_rel_gpu, "fence.acq_rel.gpu;", AcqRel, false
 );
 fence_fn!(
     /// `fence.acq_rel.sys`: orders this thread's accesses as seen by every GPU and the host; a relaxed store
     /// after it acts as a release store at system scope.
-    fence_acq_rel_sys, "fence.acq_rel.sys;", AcqRel
+    fence_acq_rel_sys, "fence.acq_rel.sys;", AcqRel, true
 );
 fence_fn!(
     /// `fence.sc.gpu`: a sequentially consistent fence among threads of this GPU.
-    fence_sc_gpu, "fence.sc.gpu;", SeqCst
+    fence_sc_gpu, "fence.sc.gpu;", SeqCst, false
 );
 fence_fn!(
     /// `fence.sc.sys`: a sequentially consistent fence among every GPU and the host (CUDA's
     /// `__threadfence_system`).
-    fence_sc_sys, "fence.sc.sys;", SeqCst
+    fence_sc_sys, "fence.sc.sys;", SeqCst, true
 );
 
 /// `fence.proxy.async`: orders this thread's generic-proxy accesses (ordinary loads and stores) against the

@@ -156,6 +156,12 @@ fn put_group<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &[T]) {
     if bytes == 0 {
         return;
     }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        use crate::emu::check::Access;
+        let accesses = [(src.as_ptr() as usize, Access::Read), (dst.as_ptr() as usize, Access::Write)];
+        crate::emu::check::copy(&accesses, bytes, (lane, lanes), core::panic::Location::caller());
+    }
     // SAFETY: `src` is a live local slice and `dst` a live peer view at least as long, both in global
     // memory (the module's contract); a local buffer and a symmetric one never overlap.
     unsafe {
@@ -171,6 +177,11 @@ fn get_group<T: DeviceCopy>(group: Group, dst: &mut [T], src: PeerSlice<T>) {
     let bytes = core::mem::size_of_val(dst);
     if bytes == 0 {
         return;
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let (read, loc) = (crate::emu::check::Access::Read, core::panic::Location::caller());
+        crate::emu::check::copy(&[(src.as_ptr() as usize, read)], bytes, (lane, lanes), loc);
     }
     // SAFETY: as in `put_group`, with the roles swapped.
     unsafe {
@@ -263,11 +274,27 @@ impl PutToken<'_> {
     }
 }
 
+/// The emulator's checker keeps the source of a non-blocking put (the group's leader does, for the group)
+/// to compare it at the put's `quiet()`.
+#[cfg(not(target_arch = "nvptx64"))]
+#[track_caller]
+fn nbi_started<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &[T]) {
+    let bytes = core::mem::size_of_val(src);
+    if group.is_leader() && bytes != 0 {
+        let (s, d, loc) = (src.as_ptr() as usize, dst.as_ptr() as usize, core::panic::Location::caller());
+        // SAFETY: the source is memory of the launch or of this thread's stack, which outlives every check
+        // of this thread (they run at its fences and as it ends).
+        unsafe { crate::emu::check::put_started(s, d, bytes, loc) };
+    }
+}
+
 /// One thread starts copying `src` into `dst`; the returned token borrows `src` until `quiet`.
 #[inline(always)]
 #[track_caller]
 pub fn put_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
     put_group(Group::Thread, dst, src);
+    #[cfg(not(target_arch = "nvptx64"))]
+    nbi_started(Group::Thread, dst, src);
     PutToken { group: Group::Thread, _src: PhantomData }
 }
 
@@ -276,6 +303,8 @@ pub fn put_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> Put
 #[track_caller]
 pub fn put_warp_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
     put_group(Group::Warp, dst, src);
+    #[cfg(not(target_arch = "nvptx64"))]
+    nbi_started(Group::Warp, dst, src);
     PutToken { group: Group::Warp, _src: PhantomData }
 }
 
@@ -284,6 +313,8 @@ pub fn put_warp_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -
 #[track_caller]
 pub fn put_block_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
     put_group(Group::Block, dst, src);
+    #[cfg(not(target_arch = "nvptx64"))]
+    nbi_started(Group::Block, dst, src);
     PutToken { group: Group::Block, _src: PhantomData }
 }
 

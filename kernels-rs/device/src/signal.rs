@@ -60,6 +60,8 @@ pub(crate) fn poll_until<R>(
 #[cold]
 #[inline(never)]
 fn timed_out(addr: u64, expected: u64, observed: u64, cmp: Cmp, location: &Location<'_>) -> ! {
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::emu::check::timed_out(addr);
     error::record_timeout(addr, expected, observed, cmp, location);
     error::exit_thread()
 }
@@ -149,6 +151,8 @@ impl Signal {
     #[track_caller]
     pub fn wait(self, cmp: Cmp, expected: u64) -> u64 {
         let location = Location::caller();
+        #[cfg(not(target_arch = "nvptx64"))]
+        let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
         poll_until(
             || {
                 let v = self.load_acquire();
@@ -167,6 +171,8 @@ impl Signal {
     #[track_caller]
     pub fn wait_relaxed(self, cmp: Cmp, expected: u64) -> u64 {
         let location = Location::caller();
+        #[cfg(not(target_arch = "nvptx64"))]
+        let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
         poll_until(
             || {
                 let v = self.load_relaxed();
@@ -279,6 +285,11 @@ impl SignalPad {
     #[inline(always)]
     #[track_caller]
     pub fn epoch(&self) -> u64 {
+        // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            crate::emu::check::pad(&self.raw, None)
+        };
         self.epoch_slot(0).load_relaxed() + 1
     }
 
@@ -288,6 +299,11 @@ impl SignalPad {
     #[inline(always)]
     #[track_caller]
     pub fn advance_epoch(&self) {
+        // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
+        #[cfg(not(target_arch = "nvptx64"))]
+        unsafe {
+            crate::emu::check::pad(&self.raw, Some(Location::caller()))
+        };
         let done = self.epoch_slot(1);
         let epoch = self.epoch_slot(0);
         sync_threads();

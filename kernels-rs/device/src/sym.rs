@@ -110,6 +110,9 @@ impl<T: DeviceCopy> SymSliceMut<T> {
     /// of `world` entries.
     #[inline(always)]
     pub unsafe fn from_raw(raw: RawSym<T>) -> SymSliceMut<T> {
+        // The emulator's checker learns which memory is this rank's own copy.
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::emu::check::own_copy(raw.local as usize, raw.len * core::mem::size_of::<T>());
         SymSliceMut { raw }
     }
 
@@ -144,10 +147,19 @@ impl<T: DeviceCopy> SymSliceMut<T> {
     /// No thread of any rank writes the copy while the slice lives (e.g. after waiting on the signal that
     /// covers every put into it).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn local_slice(&self) -> &[T] {
         if self.raw.len == 0 {
             return &[];
         }
+        // The emulator's checker: the slice reads the whole copy for as long as it lives.
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::emu::check::access(
+            self.raw.local as usize,
+            self.raw.len * core::mem::size_of::<T>(),
+            crate::emu::check::Access::Read,
+            core::panic::Location::caller(),
+        );
         // SAFETY: live and `len` long (`from_raw`); unwritten meanwhile (the caller).
         unsafe { core::slice::from_raw_parts(self.raw.local, self.raw.len) }
     }
@@ -159,10 +171,20 @@ impl<T: DeviceCopy> SymSliceMut<T> {
     /// No other thread of any rank reads or writes the copy while the slice lives.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub unsafe fn local_slice_mut(&self) -> &mut [T] {
         if self.raw.len == 0 {
             return &mut [];
         }
+        // The emulator's checker: the slice reads the whole copy for as long as it lives (the owner's own
+        // writes are not puts and are not tracked).
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::emu::check::access(
+            self.raw.local as usize,
+            self.raw.len * core::mem::size_of::<T>(),
+            crate::emu::check::Access::Read,
+            core::panic::Location::caller(),
+        );
         // SAFETY: live and `len` long (`from_raw`); exclusive meanwhile (the caller).
         unsafe { core::slice::from_raw_parts_mut(self.raw.local, self.raw.len) }
     }
@@ -196,12 +218,13 @@ fn check_range(start: usize, len: usize, total: usize) {
     assert!(start <= total && len <= total - start, "peer slice range out of bounds");
 }
 
-/// A weak read of one element (relaxed atomics of its units in the emulator).
+/// A weak read of one element (relaxed atomics of its units in the emulator, which checks it).
 ///
 /// # Safety
 ///
 /// `p` addresses a live, aligned element.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 unsafe fn weak_read<T: DeviceCopy>(p: *const T) -> T {
     #[cfg(target_arch = "nvptx64")]
     {
@@ -210,6 +233,8 @@ unsafe fn weak_read<T: DeviceCopy>(p: *const T) -> T {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
+        let (bytes, loc) = (core::mem::size_of::<T>(), core::panic::Location::caller());
+        crate::emu::check::access(p as usize, bytes, crate::emu::check::Access::Read, loc);
         let mut out = core::mem::MaybeUninit::<T>::uninit();
         // SAFETY: the caller guarantees a valid element; `out` has room for one, and every bit pattern is a
         // value (`DeviceCopy`).
@@ -230,6 +255,7 @@ unsafe fn weak_read<T: DeviceCopy>(p: *const T) -> T {
 ///
 /// `p` addresses a live, aligned element.
 #[inline(always)]
+#[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
 unsafe fn weak_write<T: DeviceCopy>(p: *mut T, v: T) {
     #[cfg(target_arch = "nvptx64")]
     {
@@ -238,8 +264,10 @@ unsafe fn weak_write<T: DeviceCopy>(p: *mut T, v: T) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
+        let (bytes, loc) = (core::mem::size_of::<T>(), core::panic::Location::caller());
+        crate::emu::check::weak_write(p as usize, bytes, loc);
         // SAFETY: the caller guarantees a valid element.
-        unsafe { copy_small(GlobalPtr::from_generic(p), GlobalPtr::from_generic(&v), core::mem::size_of::<T>()) }
+        unsafe { copy_small(GlobalPtr::from_generic(p), GlobalPtr::from_generic(&v), bytes) }
     }
 }
 

@@ -34,6 +34,6 @@ pub fn sync_warp(mask: u32) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::warp_exchange(mask, 0);
+        crate::emu::warp_sync(mask);
     }
 }

@@ -3,7 +3,7 @@
 
 use ferrocomm_device::DeviceParam;
 use ferrocomm_device::abi::{ErrorBuffer, ErrorRecord, LaunchCtx, RawSlice, RawSym, SIGNAL_PAD_EPOCH_SLOTS};
-use ferrocomm_device::emu::{self, EmuError};
+use ferrocomm_device::emu::{EmuError, TeamLaunch};
 
 /// Long enough that no correct test times out on a loaded CI machine.
 pub const TIMEOUT_NS: u64 = 20_000_000_000;
@@ -87,7 +87,8 @@ impl Outcome {
     }
 }
 
-/// Runs `kernel` on `world` emulated ranks at once (one launch per rank, concurrently).
+/// Runs `kernel` on `world` emulated ranks at once (one team launch: each rank's grid on its own thread,
+/// concurrently, all watched by the emulator's checker).
 pub fn run(
     world: u32,
     grid: [u32; 3],
@@ -98,12 +99,14 @@ pub fn run(
 ) -> Vec<Outcome> {
     let mut buffers: Vec<Box<ErrorBuffer>> = (0..world).map(|_| Box::new(ErrorBuffer::ZEROED)).collect();
     let addrs: Vec<usize> = buffers.iter_mut().map(|b| &mut **b as *mut ErrorBuffer as usize).collect();
+    let team = TeamLaunch::new(world, grid, block, dyn_shared);
     let results: Vec<Result<(), EmuError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..world)
             .map(|rank| {
                 let errors = addrs[rank as usize] as *mut ErrorBuffer;
                 let ctx = LaunchCtx { rank, world, timeout_ns, errors };
-                s.spawn(move || emu::launch(grid, block, dyn_shared, ctx, kernel))
+                let team = team.clone();
+                s.spawn(move || team.run_rank(ctx, kernel))
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("launch thread")).collect()

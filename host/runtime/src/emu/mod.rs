@@ -1,6 +1,7 @@
 //! The emulator backend: each rank is a worker thread that plays its stream (launches run in order), each
-//! launch runs the kernel's host body on one host thread per GPU thread through
-//! `ferrocomm_device::emu::launch`, and "device" memory is 256-byte aligned host memory.
+//! team launch is one `ferrocomm_device::emu::TeamLaunch` whose ranks run the kernel's host body on one host
+//! thread per GPU thread (so the emulator's checker sees every rank), and "device" memory is 256-byte
+//! aligned host memory.
 
 use std::alloc::{self, Layout};
 use std::ffi::c_void;
@@ -10,7 +11,7 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use ferrocomm_device::emu::{self as device_emu, EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
+use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch};
 
 use crate::error::Error;
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
@@ -43,6 +44,8 @@ pub(crate) struct Recorded {
 pub(crate) struct EmuTeam {
     ranks: Vec<EmuRank>,
     recording: Mutex<Option<Vec<Recorded>>>,
+    /// Whether the emulator's checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
+    checker: Option<bool>,
 }
 
 /// The kernel's parameter pointers, shared by the host threads of one launch.
@@ -59,8 +62,8 @@ impl Pointers {
 }
 
 impl EmuTeam {
-    /// Starts one worker thread per rank.
-    pub fn new(world: usize) -> Result<EmuTeam, Error> {
+    /// Starts one worker thread per rank; `checker` overrides whether the emulator's checker runs.
+    pub fn new(world: usize, checker: Option<bool>) -> Result<EmuTeam, Error> {
         let ranks = (0..world)
             .map(|rank| {
                 let (tx, rx) = mpsc::channel::<Job>();
@@ -85,7 +88,7 @@ impl EmuTeam {
                 Ok(EmuRank { tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(EmuTeam { ranks, recording: Mutex::new(None) })
+        Ok(EmuTeam { ranks, recording: Mutex::new(None), checker })
     }
 
     /// `bytes` zeroed bytes of host memory aligned to [`ALIGN`]; `bytes` is a non-zero multiple of it.
@@ -203,8 +206,15 @@ impl EmuTeam {
             recording.push(Recorded { kernel, cfg, packs });
             return Ok(());
         }
+        let world = packs.len() as u32;
+        let shared_bytes = cfg.shared_bytes as usize;
+        let team_launch = match self.checker {
+            Some(on) => TeamLaunch::with_checker(world, cfg.grid, cfg.block, shared_bytes, on),
+            None => TeamLaunch::new(world, cfg.grid, cfg.block, shared_bytes),
+        };
         for (rank, pack) in packs.into_iter().enumerate() {
             let ctx = team.launch_ctx(rank);
+            let team_launch = team_launch.clone();
             let emulate = kernel.emulate;
             let name = kernel.name;
             let submitted = self.submit(
@@ -216,7 +226,7 @@ impl EmuTeam {
                         // and the memory they address outlives the launch.
                         unsafe { emulate(pointers.get()) }
                     };
-                    match device_emu::launch(cfg.grid, cfg.block, cfg.shared_bytes as usize, ctx, &body) {
+                    match team_launch.run_rank(ctx, &body) {
                         // The panic is in the error buffer, like on the GPU; the guard reports it from there.
                         Ok(()) | Err(EmuError::Trapped { .. }) => Ok(()),
                         Err(e) => Err(format!("kernel `{name}`: {e}")),

@@ -1,6 +1,7 @@
 //! Launching one kernel on every rank of a team: the configuration, the kernel description the
 //! `#[kernel]` macro emits, parameter lowering ([`LaunchParam`], [`ParamPack`]) and the guard that waits ([`LaunchGuard`]).
 
+mod decode;
 mod guard;
 mod param;
 
@@ -9,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
+pub(crate) use decode::short_type_name;
 pub use guard::LaunchGuard;
 pub use param::{LaunchParam, ParamPack};
 
@@ -137,7 +139,6 @@ impl Team {
         let packs = self.ranks().map(|rank| params(&rank)).collect::<Result<Vec<_>, _>>()?;
         let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let capturing = team.capturing.load(Ordering::Acquire);
-        let started = Instant::now();
         if !capturing {
             team.in_flight.fetch_add(1, Ordering::AcqRel);
         }
@@ -150,7 +151,9 @@ impl Team {
                 team.captured_launches.fetch_add(1, Ordering::AcqRel);
                 Ok(LaunchGuard::captured(self))
             }
-            Ok(()) => Ok(LaunchGuard::pending(team, started, 1)),
+            // The watchdog counts from the enqueue: a first launch JIT-compiles the module on every rank
+            // (seconds for a large module on a cold cache), which no kernel waits through.
+            Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
             Err(e) => {
                 if !capturing {
                     team.in_flight.fetch_sub(1, Ordering::AcqRel);

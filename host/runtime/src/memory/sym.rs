@@ -10,7 +10,8 @@ use ferrocomm_device::abi::{RawSlice, RawSym};
 
 use super::{DeviceCopy, allocation_bytes};
 use crate::error::Error;
-use crate::team::{Device, RankRef, Team, TeamShared};
+use crate::launch::short_type_name;
+use crate::team::{BufferEntry, Device, RankRef, Team, TeamShared};
 
 /// A symmetric buffer: `len` elements of `T` on every rank of a team.
 ///
@@ -38,6 +39,8 @@ pub struct SymBuffer<T: DeviceCopy> {
 /// captured launches use it, so it is freed only when the buffer and every such graph are gone.
 #[derive(Debug)]
 pub(crate) struct Allocation {
+    /// The allocation's number in its team's buffer registry (error messages name buffers by it).
+    id: u64,
     team: Arc<TeamShared>,
     bytes: usize,
     /// Per rank: the base address of its part.
@@ -55,6 +58,7 @@ impl Drop for Allocation {
         {
             tracing::error!("before freeing a symmetric buffer: {e}");
         }
+        self.team.buffers.lock().unwrap_or_else(|p| p.into_inner()).retain(|b| b.id != self.id);
         for (rank, &addr) in self.local.iter().enumerate() {
             self.team.free(rank, addr, self.bytes);
         }
@@ -70,7 +74,9 @@ impl<T: DeviceCopy> SymBuffer<T> {
         let shared = &team.shared;
         shared.settle("SymBuffer::new")?;
         let world = shared.world;
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let mut alloc = Allocation {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             team: Arc::clone(shared),
             bytes: allocation_bytes::<T>(len)?,
             local: Vec::with_capacity(world),
@@ -90,7 +96,27 @@ impl<T: DeviceCopy> SymBuffer<T> {
             // peer's allocation by the address its owner got, so all tables hold the same values.
             alloc.team.write(rank, addr, &table)?;
         }
+        let entry = BufferEntry {
+            id: alloc.id,
+            label: format!("SymBuffer<{}> #{}", short_type_name(std::any::type_name::<T>()), alloc.id),
+            elem_bytes: size_of::<T>(),
+            ranges: alloc.local.iter().enumerate().map(|(r, &a)| (r, a, len * size_of::<T>())).collect(),
+        };
+        alloc.team.buffers.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok(SymBuffer { alloc: Arc::new(alloc), len, _elem: PhantomData })
+    }
+
+    /// Names the buffer in error messages (the emulator's checker findings name the buffers they are about:
+    /// `element 5 of `inbox` (rank 1's copy)`); unnamed, a buffer is `SymBuffer<u32> #3`.
+    #[must_use]
+    pub fn named(self, name: impl Into<String>) -> Self {
+        let label = format!("`{}`", name.into());
+        let mut buffers = self.alloc.team.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = buffers.iter_mut().find(|b| b.id == self.alloc.id) {
+            b.label = label;
+        }
+        drop(buffers);
+        self
     }
 
     /// Allocates a buffer holding `data` on every rank.

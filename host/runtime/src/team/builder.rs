@@ -41,6 +41,7 @@ pub struct TeamBuilder {
     world: Option<usize>,
     ranks_per_gpu: Option<usize>,
     timeout: Option<Duration>,
+    emulator_checker: Option<bool>,
 }
 
 /// What a builder resolved to, before anything is created.
@@ -101,6 +102,15 @@ impl TeamBuilder {
         self
     }
 
+    /// On the emulator, whether its checker watches every launch (default: yes, unless
+    /// `FERROCOMM_EMU_CHECK=0`): it reports races on put destinations, overwritten put sources, waits on
+    /// signals no rank raised and mismatched barrier epochs as device errors. Turn it off for kernels that
+    /// race on purpose (a weakened litmus test). GPUs ignore it.
+    pub fn emulator_checker(mut self, on: bool) -> Self {
+        self.emulator_checker = Some(on);
+        self
+    }
+
     /// Creates the team: contexts, peer access for every pair of GPUs, streams, error buffers.
     pub fn build(self) -> Result<Team, Error> {
         let plan = self.plan(|var| std::env::var(var).ok(), || system::driver().map(|d| d.gpu_count))?;
@@ -112,7 +122,7 @@ impl TeamBuilder {
             plan.backend,
             plan.why
         );
-        create(plan)
+        create(plan, self.emulator_checker)
     }
 
     /// Resolves the builder against an environment and a GPU probe (both injected so tests need neither).
@@ -261,7 +271,7 @@ fn layout(
 
 static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
 
-fn create(plan: Plan) -> Result<Team, Error> {
+fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
     let world = plan.devices.len();
     let exec = match plan.backend {
         Backend::Cuda => {
@@ -275,7 +285,7 @@ fn create(plan: Plan) -> Result<Team, Error> {
                 .collect();
             Exec::Cuda(CudaTeam::new(&plan.gpus, &rank_gpu)?)
         }
-        Backend::Emulator => Exec::Emu(EmuTeam::new(world)?),
+        Backend::Emulator => Exec::Emu(EmuTeam::new(world, emulator_checker)?),
     };
     let mut shared = TeamShared {
         id: NEXT_TEAM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -291,6 +301,7 @@ fn create(plan: Plan) -> Result<Team, Error> {
         launch_lock: Mutex::new(()),
         capture_pins: Mutex::new(Vec::new()),
         pads: Mutex::new(Vec::new()),
+        buffers: Mutex::new(Vec::new()),
         exec: ManuallyDrop::new(exec),
     };
     for rank in 0..world {

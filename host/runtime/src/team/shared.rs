@@ -1,17 +1,17 @@
 //! The state a team shares with its buffers and guards: the backend, the per-rank error buffers, the host
-//! watchdog, and the registry that turns a signal address back into a pad name.
+//! watchdog, and the registries that turn an address back into a pad or buffer name (`launch::decode`).
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrocomm_device::abi::{ErrorBuffer, ErrorKind, ErrorRecord, LaunchCtx};
+use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
 
 use super::{Backend, Device};
 use crate::cuda::CudaTeam;
 use crate::emu::EmuTeam;
-use crate::error::{Cmp, DeviceError, DeviceErrors, Error, Location, SignalRef};
+use crate::error::{DeviceError, DeviceErrors, Error};
 use crate::memory::Allocation;
 
 /// Slack the host watchdog gives a launch beyond the device timeout before it declares the stream stuck.
@@ -47,6 +47,18 @@ pub(crate) struct PadEntry {
     pub ranges: Vec<(usize, u64, usize)>,
 }
 
+/// A symmetric buffer's ranges, so an address in a checker finding can be named.
+#[derive(Debug)]
+pub(crate) struct BufferEntry {
+    /// The allocation's number.
+    pub id: u64,
+    /// How findings name it: `SymBuffer<u32> #3`, or the name it was given.
+    pub label: String,
+    pub elem_bytes: usize,
+    /// `(owner rank, base address, bytes)`.
+    pub ranges: Vec<(usize, u64, usize)>,
+}
+
 #[derive(Debug)]
 pub(crate) struct TeamShared {
     pub id: u64,
@@ -71,6 +83,7 @@ pub(crate) struct TeamShared {
     /// Memory the launches of the capture in progress use: the graph keeps it alive.
     pub capture_pins: Mutex<Vec<Arc<Allocation>>>,
     pub pads: Mutex<Vec<PadEntry>>,
+    pub buffers: Mutex<Vec<BufferEntry>>,
     /// Dropped only when no kernel can still run (see `Drop`).
     pub exec: ManuallyDrop<Exec>,
 }
@@ -207,39 +220,6 @@ impl TeamShared {
         let records: Vec<DeviceError> = buffer.written_records().map(|r| self.decode(rank, r)).collect();
         let lost = u64::from(buffer.count) - records.len() as u64;
         Ok((records, lost))
-    }
-
-    fn decode(&self, rank: usize, r: &ErrorRecord) -> DeviceError {
-        let location = Location { file: r.file_name().to_owned(), line: r.line, column: r.column };
-        let rank = if (r.rank as usize) < self.world { r.rank as usize } else { rank };
-        match ErrorKind::from_u32(r.kind) {
-            Some(ErrorKind::Timeout) => DeviceError::Timeout {
-                rank,
-                block: r.block,
-                thread: r.thread,
-                signal: self.name_signal(r.signal),
-                expected: r.expected,
-                observed: r.observed,
-                cmp: Cmp::from_u32(r.cmp),
-                location,
-            },
-            Some(ErrorKind::Panic) => DeviceError::KernelPanic { rank, block: r.block, thread: r.thread, location },
-            None => DeviceError::Unknown { rank, kind: r.kind },
-        }
-    }
-
-    /// Maps a signal's address to the pad and index that hold it.
-    pub fn name_signal(&self, addr: u64) -> SignalRef {
-        let pads = self.pads.lock().unwrap_or_else(|p| p.into_inner());
-        for pad in pads.iter() {
-            for &(owner, base, bytes) in &pad.ranges {
-                if addr >= base && addr < base + bytes as u64 {
-                    let index = (addr - base) as usize / pad.elem_bytes.max(1);
-                    return SignalRef::Pad { name: pad.name.clone(), owner, index };
-                }
-            }
-        }
-        SignalRef::Address(addr)
     }
 
     /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`.

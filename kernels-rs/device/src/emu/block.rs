@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::Trapped;
+use super::check::{Clock, Deposit, join_deposits};
 use super::launch::Launch;
 use super::warp::Warp;
 
@@ -73,6 +74,10 @@ struct BarrierState {
     arrived: u32,
     /// Incremented each time the barrier opens, so a waiter knows its barrier has passed.
     generation: u64,
+    /// The checker's clocks of the threads waiting at the current barrier.
+    deposits: Vec<Deposit>,
+    /// What every thread of the barrier that opened last knows (read by its waiters as they leave).
+    joined: Option<Clock>,
 }
 
 /// A named static shared array of the block (`shared_array!`).
@@ -108,7 +113,13 @@ impl Block {
             })
             .collect();
         Block {
-            barrier: Mutex::new(BarrierState { live: threads, arrived: 0, generation: 0 }),
+            barrier: Mutex::new(BarrierState {
+                live: threads,
+                arrived: 0,
+                generation: 0,
+                deposits: Vec::new(),
+                joined: None,
+            }),
             opened: Condvar::new(),
             warps,
             statics: Mutex::new(Vec::new()),
@@ -117,13 +128,15 @@ impl Block {
     }
 
     /// `barrier.sync 0`: waits until every live thread of the block has arrived. Threads that exited no longer
-    /// count, so a thread that ended on a timeout cannot hang the rest of its block.
-    pub(crate) fn sync(&self, launch: &Launch) -> Result<(), Trapped> {
+    /// count, so a thread that ended on a timeout cannot hang the rest of its block. With the checker's
+    /// `deposit`, returns the clock joined from every participant's.
+    pub(crate) fn sync(&self, launch: &Launch, deposit: Option<Deposit>) -> Result<Option<Clock>, Trapped> {
         let mut st = lock(&self.barrier);
         st.arrived += 1;
+        st.deposits.extend(deposit);
         if st.arrived >= st.live {
             self.open(&mut st);
-            return Ok(());
+            return Ok(st.joined.clone());
         }
         let generation = st.generation;
         while st.generation == generation {
@@ -132,12 +145,15 @@ impl Block {
             }
             st = self.opened.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
-        Ok(())
+        // The next barrier cannot open before this thread arrives there, so `joined` is still this one's.
+        Ok(st.joined.clone())
     }
 
     fn open(&self, st: &mut BarrierState) {
         st.arrived = 0;
         st.generation += 1;
+        st.joined = (!st.deposits.is_empty()).then(|| join_deposits(&st.deposits));
+        st.deposits.clear();
         self.opened.notify_all();
     }
 

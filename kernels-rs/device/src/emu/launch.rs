@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread;
 
 use super::block::{Block, lock};
+use super::check::{self, Checker};
+use super::team::Session;
 use super::thread::{self as emu_thread, ThreadState};
 use super::{EmuError, KernelExit, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
 use crate::abi::LaunchCtx;
@@ -42,9 +44,16 @@ pub(crate) struct Launch {
     trapped: AtomicBool,
     trap: Mutex<Option<Trap>>,
     blocks: Vec<Arc<Block>>,
+    /// The team launch this rank's grid is part of.
+    session: Arc<Session>,
 }
 
 impl Launch {
+    /// The checker watching the launch, if any.
+    pub(crate) fn checker(&self) -> Option<&Checker> {
+        self.session.checker.as_ref()
+    }
+
     /// Whether a thread of the launch panicked (the GPU would have executed `trap`).
     pub(crate) fn is_trapped(&self) -> bool {
         self.trapped.load(Ordering::Acquire)
@@ -126,11 +135,12 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
         error::record_panic(&site.file, site.line, site.column);
         state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
     }
+    check::thread_ended(&state, !state.launch.is_trapped());
     emu_thread::set_current(None);
     state.block.thread_exited(state.linear_tid);
 }
 
-fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Result<(u32, u32), EmuError> {
+pub(crate) fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Result<(u32, u32), EmuError> {
     if grid.contains(&0) || block.contains(&0) {
         return Err(EmuError::EmptyDimension { grid, block });
     }
@@ -150,21 +160,32 @@ fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> R
     Ok((blocks as u32, block_threads as u32))
 }
 
-/// See [`super::launch`].
-pub(crate) fn launch(
-    grid: [u32; 3],
-    block: [u32; 3],
-    dynamic_shared_bytes: usize,
-    ctx: LaunchCtx,
-    kernel: &(dyn Fn() + Sync),
-) -> Result<(), EmuError> {
+/// Marks the rank finished however its launch ends (the session's last rank runs the cross-rank checks).
+struct Finish<'a> {
+    session: &'a Session,
+    rank: u32,
+    trapped: bool,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        self.session.finish_rank(self.rank, self.trapped);
+    }
+}
+
+/// Runs rank `ctx.rank`'s grid of the team launch `session` (see [`launch`](fn@super::launch)).
+pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() + Sync)) -> Result<(), EmuError> {
+    let (grid, block, dynamic_shared_bytes) = (session.grid, session.block, session.dynamic_shared_bytes);
     let (blocks, block_threads) = check_dims(grid, block, dynamic_shared_bytes)?;
+    session.start_rank(&ctx)?;
+    let mut finish = Finish { session, rank: ctx.rank, trapped: false };
     install_panic_hook();
     let launch = Arc::new(Launch {
         ctx,
         trapped: AtomicBool::new(false),
         trap: Mutex::new(None),
         blocks: (0..blocks).map(|_| Arc::new(Block::new(block_threads, dynamic_shared_bytes))).collect(),
+        session: Arc::clone(session),
     });
     let mut spawn_error = None;
     thread::scope(|scope| {
@@ -174,6 +195,9 @@ pub(crate) fn launch(
                 let launch_ref = launch.clone();
                 let spawned = thread::Builder::new().stack_size(STACK_BYTES).spawn_scoped(scope, move || {
                     let (b, t) = state;
+                    let check = launch_ref
+                        .checker()
+                        .map(|c| RefCell::new(c.thread(c.geometry().gid(launch_ref.ctx.rank, b, t))));
                     let st = Rc::new(ThreadState {
                         thread_idx: unlinear(t, block),
                         block_idx: unlinear(b, grid),
@@ -183,6 +207,7 @@ pub(crate) fn launch(
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
                         launch: launch_ref,
+                        check,
                     });
                     debug_assert_eq!(linear(st.thread_idx, block), t);
                     run_thread(st, kernel);
@@ -208,6 +233,7 @@ pub(crate) fn launch(
             }
         }
     });
+    finish.trapped = launch.is_trapped();
     if let Some(err) = spawn_error {
         return Err(err);
     }

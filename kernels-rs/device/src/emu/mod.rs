@@ -3,8 +3,15 @@
 //!
 //! Compiled for the host, every intrinsic of this crate maps to `std::sync::atomic` at the ordering its
 //! PTX has; indices, barriers, warp shuffles and votes, shared memory and `%globaltimer` come from the
-//! emulated thread's state kept here. One [`launch`] runs one rank's grid; the host runtime calls it once
-//! per rank on concurrent threads, so several emulated GPUs run at once, each with its own memory.
+//! emulated thread's state kept here. One [`launch`](fn@launch) runs one rank's grid; a [`TeamLaunch`] runs every rank
+//! of a team (one `run_rank` per rank, on concurrent threads), so several emulated GPUs run at once, each
+//! with its own memory — the host runtime's emulated teams launch that way.
+//!
+//! A checker watches every launch (module `check`; off with `FERROCOMM_EMU_CHECK=0`) and records, like a
+//! timeout, the bugs a GPU would not report: a put's destination read before waiting on the signal that
+//! covers it (`Race`), a non-blocking put's source rewritten before `quiet()` (`SourceOverwritten`), a wait
+//! that timed out on a signal no rank raised (`UnraisedSignal`), and ranks or blocks that disagree on how often
+//! a signal pad's barrier epoch advanced (`BarrierMismatch`). Cross-rank findings need a [`TeamLaunch`].
 //!
 //! ```
 //! use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
@@ -22,7 +29,9 @@
 //! ```
 
 mod block;
+pub(crate) mod check;
 mod launch;
+mod team;
 pub(crate) mod thread;
 mod warp;
 
@@ -32,6 +41,7 @@ use std::time::Instant;
 use crate::abi::LaunchCtx;
 
 pub(crate) use launch::exit_thread;
+pub use team::TeamLaunch;
 pub(crate) use warp::{Round, WarpError};
 
 /// Most GPU threads one emulated launch may have (one host thread each).
@@ -107,6 +117,14 @@ pub enum EmuError {
         /// The panic message (the GPU cannot keep it; the emulator can).
         message: String,
     },
+    /// A [`TeamLaunch::run_rank`] call that does not fit its team launch.
+    #[error("rank {rank} cannot run in this team launch: {reason}")]
+    TeamLaunch {
+        /// The rank of the context given.
+        rank: u32,
+        /// What does not fit.
+        reason: String,
+    },
 }
 
 /// Runs every GPU thread of one rank's grid as a host thread and returns when all have finished.
@@ -116,6 +134,9 @@ pub enum EmuError {
 /// whole call. A wait that times out records a `Timeout` and ends its thread, and the launch still returns
 /// `Ok`; a panic records a `Panic`, ends every thread of the launch (the GPU's `trap`) and returns
 /// [`EmuError::Trapped`]. At most [`MAX_THREADS`] threads per launch.
+///
+/// The checker sees this rank only; when `ctx.world > 1`, run the ranks through a [`TeamLaunch`] so it sees
+/// them all (races between ranks, signals no rank raised, barrier epochs).
 pub fn launch(
     grid: [u32; 3],
     block: [u32; 3],
@@ -123,7 +144,7 @@ pub fn launch(
     ctx: LaunchCtx,
     kernel: &(dyn Fn() + Sync),
 ) -> Result<(), EmuError> {
-    launch::launch(grid, block, dynamic_shared_bytes, ctx, kernel)
+    launch::launch(&team::alone(&ctx, grid, block, dynamic_shared_bytes), ctx, kernel)
 }
 
 /// The payload of the unwind that ends an emulated thread like PTX `exit`.
@@ -159,25 +180,43 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
 /// The host side of `barrier.sync 0`.
 pub(crate) fn block_sync() {
     let t = thread::current();
-    if t.block.sync(&t.launch).is_err() {
-        drop(t);
-        exit_thread();
+    match t.block.sync(&t.launch, check::deposit(&t)) {
+        Ok(joined) => check::leave_barrier(&t, joined),
+        Err(Trapped) => {
+            drop(t);
+            exit_thread();
+        }
     }
 }
 
 /// The host side of the warp operations: lane `laneid` exchanges `value` with the lanes of `mask`.
 #[track_caller]
 pub(crate) fn warp_exchange(mask: u32, value: u64) -> Round {
+    exchange(mask, value, false)
+}
+
+/// The host side of `bar.warp.sync`: a warp exchange that also orders the lanes' memory accesses.
+#[track_caller]
+pub(crate) fn warp_sync(mask: u32) {
+    exchange(mask, 0, true);
+}
+
+#[track_caller]
+fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
     let t = thread::current();
     let lane = t.lane();
     assert!(
         mask & (1 << lane) != 0,
         "warp operation with member mask {mask:#010x} called by lane {lane}, which is not in it (undefined on the GPU)"
     );
-    let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch);
+    let deposit = if orders_memory { check::deposit(&t) } else { None };
+    let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);
+    if orders_memory && let Ok((_, joined)) = &result {
+        check::leave_barrier(&t, joined.clone());
+    }
     drop(t);
     match result {
-        Ok(round) => round,
+        Ok((round, _)) => round,
         Err(WarpError::Trapped) => exit_thread(),
         Err(WarpError::MaskMismatch { round }) => panic!(
             "warp operation with member mask {mask:#010x} while lanes of mask {round:#010x} wait in another one: \

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::block::Block;
+use super::check::ThreadCheck;
 use super::launch::Launch;
 
 /// Everything an intrinsic needs to know about the emulated thread running on this host thread.
@@ -25,8 +26,10 @@ pub(crate) struct ThreadState {
     pub(crate) linear_block: u32,
     /// Barrier, warps and shared memory of this thread's block.
     pub(crate) block: Arc<Block>,
-    /// The launch this thread belongs to (context, trap flag).
+    /// The launch this thread belongs to (context, trap flag, checker).
     pub(crate) launch: Arc<Launch>,
+    /// The checker's state of this thread (`None` when the launch runs unchecked).
+    pub(crate) check: Option<RefCell<ThreadCheck>>,
 }
 
 impl ThreadState {

@@ -8,6 +8,7 @@
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use super::block::lock;
+use super::check::{Clock, Deposit, join_deposits};
 use super::launch::Launch;
 
 /// Why a warp operation did not complete.
@@ -47,6 +48,9 @@ struct WarpState {
     waiting: u32,
     waiting_masks: [u32; 32],
     values: [u64; 32],
+    /// The checker's clocks of the lanes of a `sync_warp` round, and their join once it completed.
+    deposits: Vec<Deposit>,
+    joined: Option<Clock>,
 }
 
 impl WarpState {
@@ -83,14 +87,24 @@ impl Warp {
                 waiting: 0,
                 waiting_masks: [0; 32],
                 values: [0; 32],
+                deposits: Vec::new(),
+                joined: None,
             }),
             changed: Condvar::new(),
         }
     }
 
     /// Lane `lane` takes part in a round with member mask `mask` (which must contain the lane), depositing
-    /// `value`; returns every participant's value once all live lanes of `mask` have deposited.
-    pub(crate) fn exchange(&self, lane: u32, mask: u32, value: u64, launch: &Launch) -> Result<Round, WarpError> {
+    /// `value`; returns every participant's value once all live lanes of `mask` have deposited, and, for a
+    /// round that orders memory (`sync_warp`: the checker's `deposit`), the participants' joined clock.
+    pub(crate) fn exchange(
+        &self,
+        lane: u32,
+        mask: u32,
+        value: u64,
+        launch: &Launch,
+        deposit: Option<Deposit>,
+    ) -> Result<(Round, Option<Clock>), WarpError> {
         let bit = 1u32 << lane;
         let mut st = lock(&self.state);
         loop {
@@ -114,6 +128,7 @@ impl Warp {
             st.round = mask;
         }
         st.values[lane as usize] = value;
+        st.deposits.extend(deposit);
         st.arrived |= bit;
         self.try_complete(&mut st);
         while st.reading & bit == 0 {
@@ -126,13 +141,15 @@ impl Warp {
             st = self.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         let round = Round { values: st.values, participants: st.participants };
+        let joined = st.joined.clone();
         st.reading &= !bit;
         if st.reading == 0 {
             st.round = 0;
             st.values = [0; 32];
+            st.joined = None;
             self.changed.notify_all();
         }
-        Ok(round)
+        Ok((round, joined))
     }
 
     fn try_complete(&self, st: &mut WarpState) {
@@ -140,6 +157,8 @@ impl Warp {
             st.participants = st.arrived;
             st.reading = st.arrived;
             st.arrived = 0;
+            st.joined = (!st.deposits.is_empty()).then(|| join_deposits(&st.deposits));
+            st.deposits.clear();
             self.changed.notify_all();
         } else if st.stuck() {
             // Let the waiters see it and report it.

@@ -1,6 +1,13 @@
 //! Every way a ferrocomm host call can fail. Each message says what to do about it.
+//!
+//! [`Error`] is what host calls return; [`DeviceError`] (module `device`) is one record a kernel left in its
+//! rank's device error buffer: a timeout or a panic on any backend, and on the emulator the checker's
+//! findings (races, overwritten sources, signals nobody raised, mismatched barrier epochs).
 
-use std::fmt;
+mod device;
+
+pub use device::{BufferRef, Cmp, DeviceError, DeviceErrors, GpuThread, Location, SignalRef};
+
 use std::time::Duration;
 
 use cudarc::driver::DriverError;
@@ -276,9 +283,10 @@ impl Error {
         }
     }
 
-    /// Whether this is a device timeout (a wait that never saw its signal).
+    /// Whether this is a device timeout (a wait that never saw its signal; on the emulator also one whose
+    /// signal no rank raised, [`DeviceError::UnraisedSignal`]).
     pub fn is_timeout(&self) -> bool {
-        matches!(self.device_errors().first(), Some(DeviceError::Timeout { .. }))
+        matches!(self.device_errors().first(), Some(DeviceError::Timeout { .. } | DeviceError::UnraisedSignal { .. }))
     }
 
     /// Whether this is a device panic.
@@ -290,195 +298,4 @@ impl Error {
 /// Maps a driver error to [`Error::Cuda`] naming the call.
 pub(crate) fn cuda(call: &'static str, device: Option<Device>) -> impl FnOnce(DriverError) -> Error {
     move |source| Error::Cuda { call, device, source }
-}
-
-/// A source location recorded by device code.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Location {
-    /// The file, as the compiler spelled it (longer names keep their tail).
-    pub file: String,
-    /// Line.
-    pub line: u32,
-    /// Column.
-    pub column: u32,
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.file.is_empty() {
-            write!(f, "<unknown location>")
-        } else {
-            write!(f, "{}:{}:{}", self.file, self.line, self.column)
-        }
-    }
-}
-
-/// The comparison a timed-out wait was making (the device's `signal::Cmp`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    /// Waited for `signal == expected`.
-    Eq,
-    /// Waited for `signal >= expected`.
-    Ge,
-    /// Waited for `signal != expected`.
-    Ne,
-    /// A code this runtime does not know.
-    Other(u32),
-}
-
-impl Cmp {
-    /// Decodes the record's `cmp` field.
-    pub fn from_u32(v: u32) -> Cmp {
-        match v {
-            0 => Cmp::Eq,
-            1 => Cmp::Ge,
-            2 => Cmp::Ne,
-            other => Cmp::Other(other),
-        }
-    }
-}
-
-impl fmt::Display for Cmp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Cmp::Eq => write!(f, "=="),
-            Cmp::Ge => write!(f, ">="),
-            Cmp::Ne => write!(f, "!="),
-            Cmp::Other(v) => write!(f, "<cmp {v}>"),
-        }
-    }
-}
-
-/// The signal a timed-out wait was polling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignalRef {
-    /// A signal of a [`SignalPadBuffer`](crate::SignalPadBuffer).
-    Pad {
-        /// The pad's name.
-        name: String,
-        /// Whose copy of the pad (the rank whose memory holds it).
-        owner: usize,
-        /// The signal's index in the pad.
-        index: usize,
-    },
-    /// An address that is no known signal pad.
-    Address(u64),
-}
-
-impl fmt::Display for SignalRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SignalRef::Pad { name, owner, index } => write!(f, "signal `{name}`[{index}] (rank {owner}'s copy)"),
-            SignalRef::Address(addr) => write!(f, "the signal at {addr:#x}"),
-        }
-    }
-}
-
-/// One error record a kernel wrote into its rank's device error buffer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum DeviceError {
-    /// A wait did not see its signal before the timeout; the kernel ended cleanly.
-    #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the wait at {location} timed out: {signal} was {observed}, \
-         expected {cmp} {expected}; check that the peer raises it (every rank launched, same epoch), or raise the \
-         timeout (TeamBuilder::timeout or FERROCOMM_TIMEOUT_MS)"
-    )]
-    Timeout {
-        /// The waiting rank.
-        rank: usize,
-        /// Its block index.
-        block: [u32; 3],
-        /// Its thread index in the block.
-        thread: [u32; 3],
-        /// The signal.
-        signal: SignalRef,
-        /// The value waited for.
-        expected: u64,
-        /// The last value read.
-        observed: u64,
-        /// The comparison.
-        cmp: Cmp,
-        /// Where the wait is in the kernel's source.
-        location: Location,
-    },
-    /// Device code panicked (bounds check, `unwrap`, `panic!`).
-    #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the kernel panicked at {location}; fix the failing check \
-         there (the emulator runs the same body on the host with a backtrace)"
-    )]
-    KernelPanic {
-        /// The rank.
-        rank: usize,
-        /// Block index.
-        block: [u32; 3],
-        /// Thread index in the block.
-        thread: [u32; 3],
-        /// Where it panicked.
-        location: Location,
-    },
-    /// A record of a kind this runtime does not know.
-    #[error(
-        "rank {rank}: device error record of unknown kind {kind}; the kernels were built against another \
-         ferrocomm-device than this runtime"
-    )]
-    Unknown {
-        /// The rank.
-        rank: usize,
-        /// The record's kind field.
-        kind: u32,
-    },
-}
-
-impl DeviceError {
-    /// The rank whose kernel recorded it.
-    pub fn rank(&self) -> usize {
-        match self {
-            DeviceError::Timeout { rank, .. }
-            | DeviceError::KernelPanic { rank, .. }
-            | DeviceError::Unknown { rank, .. } => *rank,
-        }
-    }
-}
-
-/// All device error records of one synchronisation, ordered by rank. Never empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceErrors {
-    errors: Vec<DeviceError>,
-    lost: u64,
-}
-
-impl DeviceErrors {
-    /// Wraps the records of a synchronisation; `None` when there are none.
-    pub(crate) fn new(errors: Vec<DeviceError>, lost: u64) -> Option<DeviceErrors> {
-        (!errors.is_empty()).then_some(DeviceErrors { errors, lost })
-    }
-
-    /// The records read back (each rank keeps its first few).
-    pub fn errors(&self) -> &[DeviceError] {
-        &self.errors
-    }
-
-    /// The first record: the one the message shows.
-    pub fn first(&self) -> &DeviceError {
-        &self.errors[0]
-    }
-
-    /// Errors raised beyond what the device buffers could hold.
-    pub fn lost(&self) -> u64 {
-        self.lost
-    }
-}
-
-impl fmt::Display for DeviceErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.first())?;
-        let more = self.errors.len() as u64 - 1 + self.lost;
-        if more > 0 {
-            let mut ranks: Vec<usize> = self.errors.iter().map(DeviceError::rank).collect();
-            ranks.dedup();
-            write!(f, " (and {more} more device error(s); ranks with errors: {ranks:?})")?;
-        }
-        Ok(())
-    }
 }

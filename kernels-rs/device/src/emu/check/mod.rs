@@ -1,0 +1,447 @@
+//! The emulator's checker: the classic bugs of GPU-initiated communication, found while the kernel runs on
+//! the CPU and reported as device error records (so the host runtime turns them into typed errors):
+//!
+//! | finding | record kind | how |
+//! | --- | --- | --- |
+//! | a put's destination read before waiting on the signal covering it | `Race` | clocks, [`shadow`] |
+//! | a non-blocking put's source rewritten before its `quiet()` | `SourceOverwritten` | [`source`] snapshots |
+//! | a wait timing out on a signal no rank raised in the launch | `UnraisedSignal` | [`atomics`] |
+//! | ranks or blocks advancing a signal pad's barrier epoch differently | `BarrierMismatch` | [`epochs`] logs |
+//!
+//! Happens-before is tracked with a vector clock per emulated thread of every rank ([`clock`]): releases
+//! (signal raises, release atomics, writes after a release fence) publish the thread's clock with the value,
+//! acquires that read the value join it, block barriers and `sync_warp` join their participants. Shuffles
+//! and votes do not order memory on the GPU and do not here. Scopes are not distinguished (a `.cta` fence
+//! counts as a `.sys` one), so a scope bug can go unnoticed. Only this synchronisation is understood: a kernel
+//! that orders a put by other means (an LL packet or a raw store used as a flag) is reported.
+//!
+//! Tracked accesses are the device library's: puts and gets (every variant; a cooperative copy is checked
+//! and recorded whole for the thread that speaks for its group, and sampled at each other thread's
+//! position), `PeerSlice::read`, `PeerSliceMut::read`, `PeerSliceMut::write` into another rank's copy (a put,
+//! element by element), and taking `SymSliceMut::local_slice`/`local_slice_mut` (a read of the whole copy for
+//! as long as the slice lives, as its contract says: take it after the wait). A rank's writes into its own
+//! copy (the owner preparing data is not a put), plain loads and stores through raw pointers, and LL packets
+//! (which carry their own flags) are not tracked.
+//!
+//! All of it exists only in host builds; the GPU's code paths have none of it. The state lives for one team
+//! launch; set `FERROCOMM_EMU_CHECK=0` to run without it.
+
+mod atomics;
+mod clock;
+mod epochs;
+mod report;
+mod shadow;
+mod source;
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::panic::Location;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub(crate) use atomics::AtomicOp;
+pub(crate) use clock::{Clock, Deposit, join_deposits};
+use report::Finding;
+pub(crate) use report::Geometry;
+pub(crate) use shadow::Access;
+
+use super::block::lock;
+use super::thread::{self, ThreadState};
+use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck};
+use atomics::SyncVar;
+use clock::ThreadClock;
+use epochs::PadLogs;
+use shadow::{Conflict, Shadow};
+use source::{Overwrite, PendingPut};
+
+/// Hashes an address (or a line index) with a multiplication: the checker's maps are keyed by addresses
+/// of one launch, which need no protection against crafted keys, and are looked up on every tracked access.
+#[derive(Debug, Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        // The high bits mixed into the low ones: aligned addresses have zero low bits.
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+/// A map keyed by address.
+type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+
+/// The checker's state of one team launch, shared by every thread of every rank.
+#[derive(Debug)]
+pub(crate) struct Checker {
+    geometry: Geometry,
+    world: u32,
+    empty: Clock,
+    /// Per rank: its error buffer (where findings about its threads go), once its launch started.
+    errors: Vec<AtomicUsize>,
+    shadow: Shadow,
+    syncvars: Mutex<AddrMap<Arc<SyncVar>>>,
+    pads: Mutex<PadLogs>,
+    /// Waits on signals that timed out: (rank, signal address).
+    timeouts: Mutex<Vec<(u32, u64)>>,
+    /// (reader, writer) pairs already reported.
+    races: Mutex<HashSet<(u32, u32)>>,
+    /// Each rank's own copies of its symmetric buffers: `(start, end, rank)`.
+    own_copies: Mutex<Vec<(usize, usize, u32)>>,
+}
+
+/// What the checker keeps per emulated thread.
+#[derive(Debug)]
+pub(crate) struct ThreadCheck {
+    pub(crate) clock: ThreadClock,
+    /// The clock of this thread's last release fence: a relaxed write after it publishes it.
+    pub(crate) fence_clock: Option<Clock>,
+    /// Clocks seen by relaxed reads since the last acquire fence, which joins them.
+    pending: Vec<Clock>,
+    nbi: Vec<PendingPut>,
+    syncvars: AddrMap<Arc<SyncVar>>,
+    /// Per atomic address, the published clock this thread acquired last (polls skip joining it again).
+    acquired: AddrMap<Clock>,
+    /// The signal a `Signal::wait` of this thread is polling.
+    signal_wait: Option<u64>,
+}
+
+impl ThreadCheck {
+    /// A relaxed read saw a value published with `c`: an acquire fence later synchronises with it.
+    pub(crate) fn note_relaxed_read(&mut self, c: &Clock) {
+        if self.pending.iter().any(|p| Arc::ptr_eq(p, c)) {
+            return;
+        }
+        if self.pending.len() >= 16 {
+            // Bounded: fold what was seen so far into one clock.
+            let folded = self.pending.drain(..).reduce(|a, b| clock::join(&a, &b));
+            self.pending.extend(folded);
+        }
+        self.pending.push(Arc::clone(c));
+    }
+}
+
+impl Checker {
+    /// The checker of a launch of `world` ranks shaped as `geometry`.
+    pub(crate) fn new(geometry: Geometry, world: u32) -> Checker {
+        Checker {
+            geometry,
+            world,
+            empty: Arc::new(vec![0; geometry.ids(world)]),
+            errors: (0..world).map(|_| AtomicUsize::new(0)).collect(),
+            shadow: Shadow::default(),
+            syncvars: Mutex::new(AddrMap::default()),
+            pads: Mutex::new(PadLogs::default()),
+            timeouts: Mutex::new(Vec::new()),
+            races: Mutex::new(HashSet::new()),
+            own_copies: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The shape of the launch.
+    pub(crate) fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    /// Rank `rank` starts, with its error buffer at `errors`.
+    pub(crate) fn rank_started(&self, rank: u32, errors: *mut ErrorBuffer) {
+        if let Some(slot) = self.errors.get(rank as usize) {
+            slot.store(errors as usize, Ordering::Release);
+        }
+    }
+
+    fn errors_of(&self, rank: u32) -> *mut ErrorBuffer {
+        self.errors.get(rank as usize).map_or(0, |e| e.load(Ordering::Acquire)) as *mut ErrorBuffer
+    }
+
+    /// The state of a new thread with id `gid`.
+    pub(crate) fn thread(&self, gid: u32) -> ThreadCheck {
+        ThreadCheck {
+            clock: ThreadClock::new(gid, &self.empty),
+            fence_clock: None,
+            pending: Vec::new(),
+            nbi: Vec::new(),
+            syncvars: AddrMap::default(),
+            acquired: AddrMap::default(),
+            signal_wait: None,
+        }
+    }
+
+    fn syncvar(&self, tc: &mut ThreadCheck, addr: usize) -> Arc<SyncVar> {
+        let global = || Arc::clone(lock(&self.syncvars).entry(addr).or_default());
+        Arc::clone(tc.syncvars.entry(addr).or_insert_with(global))
+    }
+
+    /// Writes `f` into its rank's error buffer and, when it had room, says so on stderr with what the record
+    /// cannot hold (the other party's source location).
+    fn report(&self, f: &Finding, detail: &str) {
+        if !f.write(self.errors_of(f.who.rank)) {
+            return;
+        }
+        let at = f.loc.map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
+        eprintln!(
+            "emulator checker: {:?} on rank {} block {:?} thread {:?}{at}: {detail}",
+            f.kind, f.who.rank, f.who.block, f.who.thread
+        );
+    }
+
+    fn report_race(&self, c: &Conflict) {
+        if !lock(&self.races).insert((c.reader.gid, c.writer.gid)) {
+            return;
+        }
+        let (reader, writer) = (self.geometry.thread(c.reader.gid), self.geometry.thread(c.writer.gid));
+        let (expected, observed) = writer.pack();
+        let f = Finding {
+            kind: ErrorKind::Race,
+            who: reader,
+            signal: c.addr as u64,
+            expected,
+            observed,
+            cmp: u32::try_from(c.bytes).unwrap_or(u32::MAX),
+            loc: Some(c.reader.loc),
+        };
+        let w = c.writer.loc;
+        let detail = format!(
+            "read {} byte(s) at {:#x} not ordered after the write of rank {} block {:?} thread {:?} at {}:{}:{}",
+            c.bytes,
+            c.addr,
+            writer.rank,
+            writer.block,
+            writer.thread,
+            w.file(),
+            w.line(),
+            w.column()
+        );
+        self.report(&f, &detail);
+    }
+
+    fn report_overwrite(&self, who: u32, o: &Overwrite, when: SourceCheck) {
+        let f = Finding {
+            kind: ErrorKind::SourceOverwritten,
+            who: self.geometry.thread(who),
+            signal: o.addr as u64,
+            expected: o.dst as u64,
+            observed: o.src as u64,
+            cmp: when as u32,
+            loc: Some(o.loc),
+        };
+        let detail = format!("source byte {:#x} of the put to {:#x} changed before the put completed", o.addr, o.dst);
+        self.report(&f, &detail);
+    }
+
+    /// Ends the launch once every rank's grid has finished: relabels timeouts on signals nobody raised and
+    /// compares the pads' epochs. `trapped[r]`: rank `r`'s launch trapped.
+    pub(crate) fn finish(&self, trapped: &[bool]) {
+        let errors: Vec<*mut ErrorBuffer> = (0..self.world).map(|r| self.errors_of(r)).collect();
+        // SAFETY: every rank's launch has ended: nothing writes the buffers, and the host still holds them.
+        let failed: Vec<bool> = (0..self.world as usize)
+            .map(|r| trapped.get(r).copied().unwrap_or(false) || unsafe { report::has_failure(errors[r]) })
+            .collect();
+        let whole_team = self.geometry.alone.is_none();
+        if whole_team {
+            let syncvars = lock(&self.syncvars);
+            for &(rank, addr) in lock(&self.timeouts).iter() {
+                if !syncvars.get(&(addr as usize)).is_some_and(|v| v.written()) {
+                    // SAFETY: as above.
+                    unsafe { report::mark_unraised(errors[rank as usize], addr) };
+                }
+            }
+        }
+        // SAFETY: the pads are kernel arguments, live until the host sees the launch end; no kernel runs.
+        let findings = unsafe { lock(&self.pads).findings(&self.geometry, self.world, &failed) };
+        for f in findings {
+            let scope = if f.cmp == crate::abi::MismatchScope::Ranks as u32 { "rank" } else { "block" };
+            let detail = format!(
+                "this {scope} advanced the signal pad at {:#x} {} time(s), the others {}",
+                f.signal, f.observed, f.expected
+            );
+            self.report(&f, &detail);
+        }
+    }
+}
+
+/// Runs `f` with the current emulated thread's checker state; `None` outside a checked launch.
+fn with<R>(f: impl FnOnce(&Checker, &ThreadState, &mut ThreadCheck) -> R) -> Option<R> {
+    let t = thread::try_current()?;
+    let checker = t.launch.checker()?;
+    let mut tc = t.check.as_ref()?.borrow_mut();
+    Some(f(checker, &t, &mut tc))
+}
+
+/// An atomic access `op` at `addr`, performed by `f`.
+#[inline]
+pub(crate) fn atomic<T: Copy + Into<u64>>(addr: usize, op: AtomicOp, f: impl FnOnce() -> T) -> T {
+    let Some(t) = thread::try_current() else { return f() };
+    let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
+    let mut tc = cell.borrow_mut();
+    let var = checker.syncvar(&mut tc, addr);
+    var.run(&mut tc, addr, op, f)
+}
+
+/// An acquire-release fence; `system`: of system scope, which completes this thread's non-blocking puts.
+pub(crate) fn fence(system: bool) {
+    with(|checker, _, tc| {
+        for c in std::mem::take(&mut tc.pending) {
+            tc.clock.acquire(&c);
+        }
+        tc.fence_clock = Some(tc.clock.release());
+        if system {
+            for p in std::mem::take(&mut tc.nbi) {
+                if let Some(o) = p.changed() {
+                    checker.report_overwrite(tc.clock.gid(), &o, SourceCheck::AtQuiet);
+                }
+            }
+        }
+    });
+}
+
+/// A tracked access by this thread alone of `bytes` bytes at `addr`, from `loc`.
+pub(crate) fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Location<'static>) {
+    copy(&[(addr, kind)], bytes, (0, 1), loc);
+}
+
+/// The tracked accesses of one copy of `bytes` bytes (its source read, its destination written), by lane
+/// `lane` of the `lanes` threads that share it. The first lane, which speaks for the group, checks and
+/// records the whole ranges; each other lane checks the 16 bytes at its own position in them, so the group
+/// samples the ranges evenly: a thread that copies without being ordered after a put into them is found
+/// at the cost of one check.
+pub(crate) fn copy(
+    accesses: &[(usize, Access)],
+    bytes: usize,
+    (lane, lanes): (usize, usize),
+    loc: &'static Location<'static>,
+) {
+    with(|checker, _, tc| {
+        let mut out = Vec::new();
+        let (start, len) = if lane == 0 {
+            (0, bytes)
+        } else {
+            let at = (bytes / lanes.max(1)).saturating_mul(lane).min(bytes);
+            (at, (bytes - at).min(16))
+        };
+        for &(addr, kind) in accesses {
+            let lo = addr.saturating_add(start);
+            checker.shadow.access(lo, lo.saturating_add(len), &tc.clock, loc, kind, lane == 0, &mut out);
+        }
+        for c in &out {
+            checker.report_race(c);
+        }
+    });
+}
+
+/// A weak write of `bytes` bytes at `addr` (`PeerSliceMut::write`): tracked like a put, unless it writes the
+/// writer's own copy (the owner preparing its data is not a put; races inside a rank are not looked for).
+pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'static>) {
+    let own = with(|checker, t, _| {
+        let rank = t.launch.ctx.rank;
+        lock(&checker.own_copies).iter().any(|&(lo, hi, r)| r == rank && lo <= addr && addr < hi)
+    });
+    if own == Some(false) {
+        access(addr, bytes, Access::Write, loc);
+    }
+}
+
+/// `start..start + bytes` is the current rank's own copy of a symmetric buffer (a `SymSliceMut` argument).
+pub(crate) fn own_copy(start: usize, bytes: usize) {
+    with(|checker, t, _| {
+        let entry = (start, start + bytes, t.launch.ctx.rank);
+        let mut own = lock(&checker.own_copies);
+        if bytes != 0 && !own.contains(&entry) {
+            own.push(entry);
+        }
+    });
+}
+
+/// A non-blocking put of `bytes` bytes from `src` to `dst`, issued at `loc`, starts.
+///
+/// # Safety
+///
+/// `src..src + bytes` stays live for the launch (the put's source).
+pub(crate) unsafe fn put_started(src: usize, dst: usize, bytes: usize, loc: &'static Location<'static>) {
+    with(|_, _, tc| {
+        // SAFETY: the caller's contract.
+        tc.nbi.push(unsafe { PendingPut::start(src, dst, bytes, loc) });
+    });
+}
+
+/// The thread ends; `clean`: it was not ended by a trap.
+pub(crate) fn thread_ended(t: &ThreadState, clean: bool) {
+    let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return };
+    let mut tc = cell.borrow_mut();
+    for p in std::mem::take(&mut tc.nbi) {
+        if clean && let Some(o) = p.changed() {
+            checker.report_overwrite(tc.clock.gid(), &o, SourceCheck::AtThreadEnd);
+        }
+    }
+}
+
+/// What this thread brings to a block barrier or `sync_warp`.
+pub(crate) fn deposit(t: &ThreadState) -> Option<Deposit> {
+    Some(t.check.as_ref()?.borrow().clock.deposit())
+}
+
+/// This thread leaves a barrier whose participants' clocks were joined into `joined`.
+pub(crate) fn leave_barrier(t: &ThreadState, joined: Option<Clock>) {
+    if let (Some(cell), Some(joined)) = (t.check.as_ref(), joined) {
+        cell.borrow_mut().clock.leave_barrier(&joined);
+    }
+}
+
+/// A `Signal::wait` polling `addr`; ends with the value's drop.
+#[derive(Debug)]
+pub(crate) struct SignalWait(());
+
+impl SignalWait {
+    /// The calling thread starts waiting on the signal at `addr`.
+    pub(crate) fn begin(addr: u64) -> SignalWait {
+        with(|_, _, tc| tc.signal_wait = Some(addr));
+        SignalWait(())
+    }
+}
+
+impl Drop for SignalWait {
+    fn drop(&mut self) {
+        with(|_, _, tc| tc.signal_wait = None);
+    }
+}
+
+/// A wait polling `addr` timed out (a signal wait, or an LL read).
+pub(crate) fn timed_out(addr: u64) {
+    with(|checker, t, tc| {
+        if tc.signal_wait == Some(addr) {
+            lock(&checker.timeouts).push((t.launch.ctx.rank, addr));
+        }
+    });
+}
+
+/// The thread uses the signal pad `raw`: reads its epoch, or (`advance`) calls `advance_epoch` there.
+///
+/// # Safety
+///
+/// `raw` describes a live signal pad of the launch's team (`SignalPad::from_raw`'s contract).
+pub(crate) unsafe fn pad(raw: &RawSym<u64>, advance: Option<&'static Location<'static>>) {
+    with(|checker, t, _| {
+        let blocks = t.grid_dim.iter().product::<u32>();
+        // SAFETY: the caller's contract.
+        unsafe {
+            lock(&checker.pads).touch(
+                raw,
+                checker.world,
+                blocks,
+                t.launch.ctx.rank,
+                t.linear_block,
+                t.linear_tid == 0,
+                advance,
+            )
+        };
+    });
+}

@@ -1,0 +1,174 @@
+//! [`TeamLaunch`]: one kernel launch on every rank of an emulated team. Each rank's grid runs in its own
+//! [`TeamLaunch::run_rank`] call, concurrently; what the ranks share is the checker, which needs all of them
+//! (a race between ranks, a signal no rank raised, ranks that disagree on a barrier epoch), and which
+//! finishes its cross-rank checks when the last rank's grid ends.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::EmuError;
+use super::block::lock;
+use super::check::{Checker, Geometry};
+use super::launch::{self, check_dims};
+use crate::abi::LaunchCtx;
+
+/// Whether launches are checked unless told otherwise: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off`
+/// or `false`.
+fn checked_by_default() -> bool {
+    static CHECKED: OnceLock<bool> = OnceLock::new();
+    *CHECKED.get_or_init(|| {
+        !matches!(std::env::var("FERROCOMM_EMU_CHECK").as_deref().map(str::trim), Ok("0" | "off" | "false"))
+    })
+}
+
+#[derive(Debug, Default)]
+struct Ranks {
+    started: Vec<bool>,
+    trapped: Vec<bool>,
+    finished: u32,
+}
+
+/// The state the ranks of one team launch share.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) world: u32,
+    pub(crate) grid: [u32; 3],
+    pub(crate) block: [u32; 3],
+    pub(crate) dynamic_shared_bytes: usize,
+    /// `Some(rank)`: only this rank of a larger team runs here (the others run elsewhere, unseen).
+    alone: Option<u32>,
+    pub(crate) checker: Option<Checker>,
+    ranks: Mutex<Ranks>,
+}
+
+impl Session {
+    pub(crate) fn new(
+        world: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
+        dynamic_shared_bytes: usize,
+        alone: Option<u32>,
+        checked: bool,
+    ) -> Session {
+        let fits = alone.is_none_or(|r| r < world);
+        let checker = match check_dims(grid, block, dynamic_shared_bytes) {
+            Ok((blocks, block_threads)) if checked && world > 0 && fits => {
+                let geometry = Geometry { grid, block, block_threads, rank_threads: blocks * block_threads, alone };
+                Some(Checker::new(geometry, world))
+            }
+            // A launch with bad dimensions fails in `run_rank`; there is nothing to check.
+            _ => None,
+        };
+        let slots = if alone.is_some() { 1 } else { world as usize };
+        let ranks = Ranks { started: vec![false; slots], trapped: vec![false; slots], finished: 0 };
+        Session { world, grid, block, dynamic_shared_bytes, alone, checker, ranks: Mutex::new(ranks) }
+    }
+
+    /// The bookkeeping slot of `rank`.
+    fn slot(&self, rank: u32) -> usize {
+        if self.alone.is_some() { 0 } else { rank as usize }
+    }
+
+    /// Claims `ctx.rank` for a `run_rank` call. A rank launched alone is not checked against its context.
+    pub(crate) fn start_rank(&self, ctx: &LaunchCtx) -> Result<(), EmuError> {
+        let bad = |reason: String| Err(EmuError::TeamLaunch { rank: ctx.rank, reason });
+        if self.alone.is_none() {
+            if ctx.world != self.world {
+                return bad(format!("its context says world {} but the team launch has {}", ctx.world, self.world));
+            }
+            if ctx.rank >= self.world {
+                return bad("the rank is not part of this team launch".into());
+            }
+        }
+        let mut ranks = lock(&self.ranks);
+        if std::mem::replace(&mut ranks.started[self.slot(ctx.rank)], true) {
+            return bad("the rank already ran in this team launch; make a new TeamLaunch per launch".into());
+        }
+        drop(ranks);
+        if let Some(c) = &self.checker {
+            c.rank_started(ctx.rank, ctx.errors);
+        }
+        Ok(())
+    }
+
+    /// Rank `rank`'s grid has ended (`trapped`: by a panic); the last rank finishes the checks.
+    pub(crate) fn finish_rank(&self, rank: u32, trapped: bool) {
+        let all_done = {
+            let mut ranks = lock(&self.ranks);
+            let slot = self.slot(rank);
+            ranks.trapped[slot] = trapped;
+            ranks.finished += 1;
+            (ranks.finished as usize == ranks.started.len()).then(|| match self.alone {
+                // The checker indexes by rank.
+                Some(r) => (0..self.world).map(|q| q == r && ranks.trapped[0]).collect::<Vec<_>>(),
+                None => ranks.trapped.clone(),
+            })
+        };
+        if let (Some(trapped), Some(c)) = (all_done, &self.checker) {
+            c.finish(&trapped);
+        }
+    }
+}
+
+/// One launch of a kernel on every rank of an emulated team: call [`run_rank`](TeamLaunch::run_rank) once per
+/// rank, each on its own host thread, all at once (ranks wait on each other as GPUs do). The emulator's
+/// checker (see the module `emu`) sees every rank: it reports races between ranks, waits on signals no rank
+/// raised and barrier epochs the ranks disagree on, in the ranks' error buffers, by the time the last
+/// `run_rank` returns.
+///
+/// ```
+/// use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
+/// use ferrocomm_device::emu::TeamLaunch;
+/// use ferrocomm_device::prelude::*;
+///
+/// let team = TeamLaunch::new(2, [1, 1, 1], [32, 1, 1], 0);
+/// let mut errors = [ErrorBuffer::ZEROED, ErrorBuffer::ZEROED];
+/// std::thread::scope(|s| {
+///     for (rank, e) in errors.iter_mut().enumerate() {
+///         let (team, ctx) = (team.clone(), LaunchCtx { rank: rank as u32, world: 2, timeout_ns: 0, errors: e });
+///         s.spawn(move || team.run_rank(ctx, &|| assert_eq!(team::world(), 2)).unwrap());
+///     }
+/// });
+/// assert!(errors.iter().all(|e| e.count == 0));
+/// ```
+#[derive(Debug, Clone)]
+pub struct TeamLaunch {
+    session: Arc<Session>,
+}
+
+impl TeamLaunch {
+    /// A launch of `grid` × `block` with `dynamic_shared_bytes` per block on each of `world` ranks, checked
+    /// unless `FERROCOMM_EMU_CHECK=0`.
+    pub fn new(world: u32, grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> TeamLaunch {
+        TeamLaunch::with_checker(world, grid, block, dynamic_shared_bytes, checked_by_default())
+    }
+
+    /// As [`new`](TeamLaunch::new), with the checker on or off as `checked` says.
+    pub fn with_checker(
+        world: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
+        dynamic_shared_bytes: usize,
+        checked: bool,
+    ) -> TeamLaunch {
+        TeamLaunch { session: Arc::new(Session::new(world, grid, block, dynamic_shared_bytes, None, checked)) }
+    }
+
+    /// Whether the checker watches this launch.
+    pub fn is_checked(&self) -> bool {
+        self.session.checker.is_some()
+    }
+
+    /// Runs rank `ctx.rank`'s grid, as [`launch`](fn@super::launch) does, and returns when it has finished (the
+    /// last rank to finish also completes the checker's cross-rank checks first). `ctx.world` must be the
+    /// launch's, and each rank runs once.
+    pub fn run_rank(&self, ctx: LaunchCtx, kernel: &(dyn Fn() + Sync)) -> Result<(), EmuError> {
+        launch::launch(&self.session, ctx, kernel)
+    }
+}
+
+/// A launch of one rank alone (the other ranks of its team, if any, run unseen): what [`launch`](fn@super::launch) runs.
+pub(crate) fn alone(ctx: &LaunchCtx, grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Arc<Session> {
+    // A team of one is whole; a rank of a larger team is checked on its own.
+    let alone = (ctx.world != 1).then_some(ctx.rank);
+    Arc::new(Session::new(ctx.world, grid, block, dynamic_shared_bytes, alone, checked_by_default()))
+}
