@@ -24,16 +24,16 @@ fn arguments_defaults_and_quick() {
     assert_eq!(plan.ops, Operation::ALL.to_vec());
     assert_eq!(plan.sizes.len(), 28);
     assert_eq!((plan.sizes[0], plan.sizes[27]), (8, 1 << 30));
-    assert_eq!((plan.iters, plan.warmup, plan.trials, plan.graph, plan.dtype), (100, 20, 10, true, Dtype::Bf16));
+    assert_eq!((plan.iters, plan.warmup, plan.trials, plan.graph, plan.dtype), (50, 10, 7, true, Dtype::Bf16));
     assert_eq!(a.modes(), vec![Mode::Gpu, Mode::Proxy, Mode::Cpu, Mode::Nccl]);
-    assert_eq!(a.queue_depths(), vec![4, 16, 64]);
+    assert_eq!(a.queue_depths(), vec![1, 8, 64]);
     assert_eq!((a.out.clone(), a.from.clone(), a.anchors.len()), (None, None, 0));
 
     let q = args("--quick").unwrap();
     let plan = q.plan();
     assert_eq!((plan.iters, plan.warmup, plan.trials), (20, 5, 5));
     assert!(plan.sizes.contains(&65536) && plan.sizes.contains(&(256 << 20)) && plan.sizes.len() < 12);
-    assert_eq!(q.queue_depths(), vec![16]);
+    assert_eq!(q.queue_depths(), vec![8]);
     // What is given explicitly wins over --quick.
     let plan = args("--quick --iters 7 --sizes 1KiB").unwrap().plan();
     assert_eq!((plan.iters, plan.sizes), (7, vec![1024]));
