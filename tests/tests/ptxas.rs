@@ -1,0 +1,47 @@
+//! Every PTX module the workspace builds — the communication library, the examples' kernels crate, the
+//! test kernels — assembles with ptxas for sm_80 and sm_90. (The builder already runs ptxas during the
+//! build when it finds one; this test makes the check part of the suite, and fails where ptxas is required.)
+
+use ferrocomm_builder::Arch;
+use ferrocomm_builder::ptxas::{PtxasLocation, find_ptxas, ptxas_required, validate};
+
+/// (crate, compute capability, PTX) for every module of every kernels crate in the workspace.
+fn every_module() -> Vec<(&'static str, u32, &'static str)> {
+    let crates: [(&str, &'static [(u32, &'static str)]); 5] = [
+        ("ferrocomm-kernels", ferrocomm_kernels::__FERROCOMM_MODULE.ptx()),
+        ("custom-kernel", custom_kernel::__FERROCOMM_MODULE.ptx()),
+        ("ferrocomm-golden-kernels", ferrocomm_golden_kernels::PTX),
+        ("ferrocomm-runtime-kernels", ferrocomm_runtime_kernels::__FERROCOMM_MODULE.ptx()),
+        ("ferrocomm-device-kernels", ferrocomm_device_kernels::__FERROCOMM_MODULE.ptx()),
+    ];
+    crates.iter().flat_map(|&(name, modules)| modules.iter().map(move |&(cc, ptx)| (name, cc, ptx))).collect()
+}
+
+#[test]
+fn every_kernels_crate_has_sm_80_and_sm_90_modules() {
+    for (name, _, _) in every_module() {
+        let archs: Vec<u32> = every_module().iter().filter(|m| m.0 == name).map(|m| m.1).collect();
+        assert!(archs.contains(&80) && archs.contains(&90), "{name} was built for {archs:?}");
+    }
+}
+
+#[test]
+fn every_module_assembles_with_ptxas() {
+    let ptxas = match find_ptxas() {
+        PtxasLocation::Found { path, .. } => path,
+        PtxasLocation::Missing => {
+            assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
+            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc==13.0.88)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let modules = every_module();
+    assert!(modules.len() >= 10, "five crates, two architectures each: {}", modules.len());
+    for (name, cc, ptx) in modules {
+        let arch: Arch = format!("sm_{cc}").parse().unwrap();
+        let path = dir.path().join(format!("{name}.sm_{cc}.ptx"));
+        std::fs::write(&path, ptx).unwrap();
+        validate(&ptxas, &path, arch).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
