@@ -321,13 +321,35 @@ pub fn all_reduce_graph<T: Reducible + Sample>(
     Ok(())
 }
 
-/// Element `i` after `times` sum all-reduces of `inputs`.
+/// Element `i` after `times` sum all-reduces of `inputs`, as [`reference::all_reduce`] computes it (the
+/// same `f32` accumulation in rank order) but on one element, without allocating: full checks of large
+/// graphs compute it for every element.
 fn iterate_sum<T: Reducible>(inputs: &[Vec<T>], i: usize, times: usize) -> T {
-    let world = inputs.len();
-    let mut column: Vec<Vec<T>> = inputs.iter().map(|v| vec![v[i]]).collect();
-    for _ in 0..times {
-        let reduced = reference::all_reduce(&column, Op::Sum);
-        column = vec![reduced; world];
+    let reduce = |value: &dyn Fn(usize) -> T| {
+        let acc = (1..inputs.len()).fold(value(0).to_f32(), |acc, r| Op::Sum.apply(acc, value(r).to_f32()));
+        T::from_f32(acc)
+    };
+    let mut v = if times == 0 { inputs[0][i] } else { reduce(&|r| inputs[r][i]) };
+    for _ in 1..times {
+        v = reduce(&|_| v);
     }
-    column[0][0]
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iterated_sums_match_the_reference_applied_repeatedly() {
+        let inputs: Vec<Vec<bf16>> = (0..3).map(|r| pattern(9, r, 5)).collect();
+        for times in 0..4 {
+            let mut column = inputs.clone();
+            for _ in 0..times {
+                column = vec![reference::all_reduce(&column, Op::Sum); inputs.len()];
+            }
+            let found: Vec<bf16> = (0..5).map(|i| iterate_sum(&inputs, i, times)).collect();
+            assert_eq!(found, column[0], "{times} all-reduces");
+        }
+    }
 }
