@@ -16,7 +16,7 @@ use ferrocomm::{
     Backend, BufferRef, DeviceError, Error, GpuThread, KernelModule, LaunchConfig, SignalPadBuffer, SignalRef,
     SymBuffer, Team,
 };
-use ferrocomm_device::abi::{ErrorBuffer, ErrorKind, LaunchCtx, RawSym, ThreadRef};
+use ferrocomm_device::abi::{ErrorBuffer, ErrorKind, LaunchCtx, RawSym, SIGNAL_PAD_EPOCH_SLOTS, ThreadRef};
 use ferrocomm_device::emu::TeamLaunch;
 use ferrocomm_device::kernel;
 use ferrocomm_device::prelude::*;
@@ -381,7 +381,7 @@ fn a_rank_that_skips_the_barrier_epoch_is_a_barrier_mismatch() {
         other => panic!("expected one barrier mismatch on rank 1, got {other:?}"),
     }
     assert!(e.to_string().contains("the other ranks advanced it 1"), "{e}");
-    let epochs: Vec<u64> = (0..3).map(|r| pad.epoch_slots(r).unwrap()[0]).collect();
+    let epochs: Vec<u64> = (0..3).map(|r| pad.epochs(r).unwrap()[0]).collect();
     assert_eq!(epochs, [1, 0, 1], "what the finding is about");
 }
 
@@ -413,7 +413,7 @@ fn matched_signal_pad_barriers_run_clean_launch_after_launch() {
     for _ in 0..3 {
         run_pad_barrier(&team, &pad, 2, NONE, NONE).unwrap();
     }
-    assert!((0..3).all(|r| pad.epoch_slots(r).unwrap() == [3, 0]));
+    assert!((0..3).all(|r| pad.epochs(r).unwrap().iter().all(|&e| e == 3)));
 }
 
 /// The device-level API: a team launch run by hand reports into each rank's error buffer, with the writer
@@ -422,7 +422,7 @@ fn matched_signal_pad_barriers_run_clean_launch_after_launch() {
 fn team_launches_record_races_and_can_run_unchecked() {
     const WORLD: u32 = 2;
     let mut words = vec![[0u64; 4]; WORLD as usize];
-    let mut flags = vec![[0u64; 3]; WORLD as usize];
+    let mut flags = vec![[0u64; 1 + SIGNAL_PAD_EPOCH_SLOTS]; WORLD as usize];
     let data: Vec<*mut u64> = words.iter_mut().map(|w| w.as_mut_ptr()).collect();
     let pads: Vec<*mut u64> = flags.iter_mut().map(|f| f.as_mut_ptr()).collect();
     let raw = |table: &Vec<*mut u64>, rank: usize, len: usize| RawSym {
@@ -430,8 +430,10 @@ fn team_launches_record_races_and_can_run_unchecked() {
         local: table[rank],
         len,
     };
-    let (d, p) =
-        ((0..2).map(|r| raw(&data, r, 4)).collect::<Vec<_>>(), (0..2).map(|r| raw(&pads, r, 3)).collect::<Vec<_>>());
+    let (d, p) = (
+        (0..2).map(|r| raw(&data, r, 4)).collect::<Vec<_>>(),
+        (0..2).map(|r| raw(&pads, r, 1 + SIGNAL_PAD_EPOCH_SLOTS)).collect::<Vec<_>>(),
+    );
     let kernel = || {
         let rank = team::rank() as usize;
         // SAFETY: live tables of two ranks; the pad has one signal and its epoch slots.

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use ferrocomm::{Backend, Cmp, DeviceError, Error, LaunchConfig, SignalPadBuffer, SignalRef, SymBuffer, Team, system};
+use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
 use ferrocomm_runtime_kernels::body::tag;
 use ferrocomm_runtime_kernels::host as kernels;
 
@@ -146,7 +147,11 @@ fn concurrent_launch(team: &Team) {
         assert_ring_data(&data, epoch);
         for rank in 0..world {
             assert_eq!(pad.read(rank).unwrap(), [epoch * 2], "signal 0 counts every block of every launch");
-            assert_eq!(pad.epoch_slots(rank).unwrap(), [epoch, 0], "the kernel advanced the pad's epoch");
+            assert_eq!(
+                pad.epochs(rank).unwrap(),
+                vec![epoch; SIGNAL_PAD_EPOCH_SLOTS],
+                "the kernel advanced the pad's epoch"
+            );
         }
     }
 }
@@ -167,7 +172,7 @@ fn graph_capture_and_replay(team: &Team) {
     assert_eq!(graph.launches(), 3);
     // Captured, not run.
     assert_eq!(data.to_host(0).unwrap(), vec![0; 500]);
-    assert_eq!(pad.epoch_slots(0).unwrap(), [0, 0]);
+    assert_eq!(pad.epochs(0).unwrap(), vec![0; SIGNAL_PAD_EPOCH_SLOTS]);
     // The graph keeps the memory of its buffers: dropping one does not free what replays write.
     drop(scratch);
     for replay in 1..=3u64 {
@@ -177,7 +182,11 @@ fn graph_capture_and_replay(team: &Team) {
         assert_ring_data(&data, epoch);
         for rank in 0..world {
             assert_eq!(pad.read(rank).unwrap(), [epoch * 2]);
-            assert_eq!(pad.epoch_slots(rank).unwrap(), [epoch, 0], "epochs advance across replays, no reset");
+            assert_eq!(
+                pad.epochs(rank).unwrap(),
+                vec![epoch; SIGNAL_PAD_EPOCH_SLOTS],
+                "epochs advance across replays, no reset"
+            );
         }
     }
     drop(graph);

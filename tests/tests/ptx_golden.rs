@@ -368,19 +368,25 @@ fn relaxed_wait_polls_with_relaxed_loads() {
 }
 
 #[test]
-fn pad_epoch_reads_locally_and_the_last_block_advances_it() {
+fn pad_epoch_is_a_relaxed_load_and_ends_with_plain_stores_after_the_barrier() {
     for (cc, blocks) in assert_entry_contains(
         "golden_pad_epoch",
-        &[
-            "ld.relaxed.gpu.u64 %rd, [%rd];",
-            "barrier.sync 0;",
-            "atom.acq_rel.gpu.add.u64 %rd, [%rd], %rd;",
-            "st.relaxed.gpu.u64 [%rd], %rd;",
-            "st.release.gpu.u64 [%rd], %rd;",
-        ],
+        &["ld.relaxed.gpu.u64 %rd, [%rd];", "barrier.sync 0;", "st.relaxed.gpu.u64 [%rd], %rd;"],
     ) {
+        // No atomic read-modify-write and no fence: the end of an epoch costs one store per block.
+        assert!(!blocks.iter().any(|b| b.starts_with("atom.") || b.starts_with("fence.")), "sm_{cc}: {blocks:#?}");
         let pos = |s: &str| blocks.iter().position(|b| b == s).unwrap();
-        assert!(pos("barrier.sync 0;") < pos("atom.acq_rel.gpu.add.u64 %rd, [%rd], %rd;"), "sm_{cc}: {blocks:#?}");
+        assert!(pos("barrier.sync 0;") < pos("st.relaxed.gpu.u64 [%rd], %rd;"), "sm_{cc}: {blocks:#?}");
+    }
+}
+
+#[test]
+fn grid_dependency_control_exists_on_sm_90_only() {
+    for (cc, ptx) in modules() {
+        let blocks = asm_blocks(entry(ptx, "golden_grid_dependency"));
+        let expected: &[&str] =
+            if cc >= 90 { &["griddepcontrol.wait;", "griddepcontrol.launch_dependents;"] } else { &[] };
+        assert_eq!(blocks, expected, "sm_{cc}");
     }
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ferrocomm::{Backend, Device, Error, LaunchConfig, Link, SignalPadBuffer, SymBuffer, Team, TeamBuilder, system};
+use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
 use ferrocomm_runtime_kernels::host as kernels;
 
 fn emulated(world: usize) -> Team {
@@ -167,9 +168,9 @@ fn signal_pads_start_at_zero_and_name_their_signals() {
     let mut pad = SignalPadBuffer::new(&team, "ready", 3).unwrap();
     assert_eq!((pad.name(), pad.len()), ("ready", 3));
     assert_eq!(pad.read(1).unwrap(), [0, 0, 0]);
-    assert_eq!(pad.epoch_slots(0).unwrap(), [0, 0]);
+    assert_eq!(pad.epochs(0).unwrap(), vec![0; SIGNAL_PAD_EPOCH_SLOTS]);
     let raw = pad.raw(0).unwrap();
-    assert_eq!(raw.len, 3 + ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS);
+    assert_eq!(raw.len, 3 + SIGNAL_PAD_EPOCH_SLOTS);
     assert_eq!(pad.signal_address(1, 2).unwrap(), pad.memory().address(1).unwrap() + 16);
     assert!(pad.signal_address(0, 3).is_err());
     pad.reset().unwrap();
@@ -245,7 +246,7 @@ fn launch_params_lower_to_the_kernel_abi_of_each_rank() {
     let sym_mut = <SymSliceMut<u32> as LaunchParam>::lower(&&mut buf, &r1).unwrap();
     assert_eq!(sym_mut.local, sym.local);
     let pad_raw = <SignalPad as LaunchParam>::lower(&&pad, &r1).unwrap();
-    assert_eq!(pad_raw.len, 1 + ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS);
+    assert_eq!(pad_raw.len, 1 + SIGNAL_PAD_EPOCH_SLOTS);
     assert_eq!(<f32 as LaunchParam>::lower(&1.5, &r1).unwrap(), 1.5);
     assert_eq!(<bool as LaunchParam>::lower(&true, &r1).unwrap(), 1);
     let other = emulated(2);

@@ -27,7 +27,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`index`] | thread / block / grid indices, lane, warp, `%smid` |
-//! | [`sync`] | `barrier.sync 0`, `bar.warp.sync` |
+//! | [`sync`] | `barrier.sync 0`, `bar.warp.sync`, `griddepcontrol` (programmatic dependent launch) |
 //! | [`warp`] | `shfl.sync` idx/up/down/bfly, `vote.sync` any/all/ballot |
 //! | [`shared`] | static (`shared_array!`) and dynamic shared memory |
 //! | [`time`] | `%globaltimer`, `nanosleep` |

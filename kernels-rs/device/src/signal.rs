@@ -13,7 +13,7 @@ use crate::abi::{RawSym, SIGNAL_PAD_EPOCH_SLOTS};
 use crate::atomic::{GpuAtomicU64, SysAtomicU64};
 use crate::ctx::{self, team};
 use crate::error;
-use crate::index::{grid_size, thread_rank};
+use crate::index::{block_rank, block_size, grid_size, thread_rank};
 use crate::sync::sync_threads;
 use crate::time::{globaltimer, nanosleep};
 
@@ -270,18 +270,26 @@ impl SignalPad {
         Signal { ptr: base.wrapping_add(i) }
     }
 
-    /// This rank's bookkeeping slot `k` (0: completed launches, 1: blocks done with the current one).
+    /// This rank's epoch slot of block `block`: the launches it completed.
     #[inline(always)]
     #[track_caller]
-    fn epoch_slot(&self, k: usize) -> &'static GpuAtomicU64 {
-        assert!(self.raw.len >= SIGNAL_PAD_EPOCH_SLOTS, "signal pad allocated without its epoch slots");
+    fn epoch_slot(&self, block: usize) -> &'static GpuAtomicU64 {
+        assert!(
+            self.raw.len >= SIGNAL_PAD_EPOCH_SLOTS && block < SIGNAL_PAD_EPOCH_SLOTS,
+            "a signal pad allocated without its epoch slots, or a grid larger than its epoch slots"
+        );
         // SAFETY: in bounds (checked); the pad's memory outlives the launch and these slots are only
         // accessed atomically, by this rank alone.
-        unsafe { GpuAtomicU64::from_ptr(self.raw.local.add(self.len() + k)) }
+        unsafe { GpuAtomicU64::from_ptr(self.raw.local.add(self.len() + block)) }
     }
 
     /// This launch's epoch: 1 for the first launch that used the pad, then 2, 3, … — the same on every
-    /// rank when all ranks launch the same kernels. Read it before [`advance_epoch`](SignalPad::advance_epoch).
+    /// rank and in every block when all ranks launch the same kernels. Read it before
+    /// [`advance_epoch`](SignalPad::advance_epoch).
+    ///
+    /// Each block keeps its own count of completed launches, and every launch leaves all counts equal (block
+    /// 0 also sets those of the blocks it did not run), so a launch reads only its block's slot and ends
+    /// with plain stores: no atomic, no fence, and stream order makes them visible to the next launch.
     #[inline(always)]
     #[track_caller]
     pub fn epoch(&self) -> u64 {
@@ -290,12 +298,12 @@ impl SignalPad {
         unsafe {
             crate::emu::check::pad(&self.raw, None)
         };
-        self.epoch_slot(0).load_relaxed() + 1
+        self.epoch_slot(block_rank() as usize).load_relaxed() + 1
     }
 
     /// Ends this launch's epoch. Block-collective: every thread of every block calls it once, at the end
-    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). The last block to arrive advances
-    /// the epoch for the next launch (stream order makes it visible there).
+    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). Each block stores its epoch in its
+    /// slot; block 0 also in the slots of the blocks beyond the grid, so the next launch may use any grid.
     #[inline(always)]
     #[track_caller]
     pub fn advance_epoch(&self) {
@@ -304,14 +312,18 @@ impl SignalPad {
         unsafe {
             crate::emu::check::pad(&self.raw, Some(Location::caller()))
         };
-        let done = self.epoch_slot(1);
-        let epoch = self.epoch_slot(0);
+        let (block, blocks) = (block_rank() as usize, grid_size() as usize);
+        let epoch = self.epoch_slot(block).load_relaxed() + 1;
+        // Every thread of the block has read the epoch before it changes.
         sync_threads();
         if thread_rank() == 0 {
-            let arrived = done.fetch_add_acq_rel(1) + 1;
-            if arrived == u64::from(grid_size()) {
-                done.store_relaxed(0);
-                epoch.store_release(epoch.load_relaxed() + 1);
+            self.epoch_slot(block).store_relaxed(epoch);
+        }
+        if block == 0 {
+            let mut b = blocks + thread_rank() as usize;
+            while b < SIGNAL_PAD_EPOCH_SLOTS {
+                self.epoch_slot(b).store_relaxed(epoch);
+                b += block_size() as usize;
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Barriers: the block barrier and the warp barrier.
+//! Barriers: the block barrier, the warp barrier, and the grid dependency of programmatic dependent launch.
 
 #[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
@@ -35,5 +35,32 @@ pub fn sync_warp(mask: u32) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         crate::emu::warp_sync(mask);
+    }
+}
+
+/// Waits until the kernels this grid depends on completed and their memory is visible
+/// (`griddepcontrol.wait;`, sm_90+). The runtime launches `#[kernel]`s with programmatic dependent launch on
+/// sm_90, so a kernel's blocks may start while the previous kernel of the stream is still running: the
+/// generated entry calls this before the body, which then sees the stream as if launched in order. Without
+/// that launch attribute it returns at once; on sm_80 and in the emulator it is nothing.
+#[inline(always)]
+pub fn wait_prior_grids() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    {
+        // SAFETY: waits for the prerequisite grids; memory is clobbered so no access moves above it.
+        unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+    }
+}
+
+/// Lets the next kernel of the stream start launching its blocks now (`griddepcontrol.launch_dependents;`,
+/// sm_90+): they run up to their [`wait_prior_grids`], hiding the launch behind this kernel's tail. The
+/// generated entry calls it right after [`wait_prior_grids`], so at most one kernel waits ahead. A no-op
+/// where [`wait_prior_grids`] is.
+#[inline(always)]
+pub fn launch_dependents() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90"))]
+    {
+        // SAFETY: a scheduling hint; it neither reads nor writes memory.
+        unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack, nomem)) };
     }
 }

@@ -76,6 +76,7 @@ fn kernel_static(k: &Kernel) -> TokenStream {
             name: #name,
             emulate,
             waits: #waits,
+            grid_dependency: true,
         };
     }
 }

@@ -5,6 +5,7 @@
 //! Every entry writes through its `out` pointer: launch them with a valid device pointer.
 
 use ferrocomm_device::prelude::*;
+use ferrocomm_device::sync::{launch_dependents, wait_prior_grids};
 use ferrocomm_device::{index, shared_array, warp};
 
 /// One entry per special register: `*out = register`.
@@ -38,6 +39,12 @@ register_entries! {
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_sync_threads() {
     sync_threads();
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_grid_dependency() {
+    wait_prior_grids();
+    launch_dependents();
 }
 
 #[unsafe(no_mangle)]

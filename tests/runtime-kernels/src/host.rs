@@ -23,7 +23,14 @@ macro_rules! descriptor {
     ($static:ident, $name:literal, $emulate:ident, waits: $waits:expr) => {
         #[doc = concat!("Kernel `", $name, "`.")]
         pub static $static: Kernel =
-            Kernel { module: &crate::__FERROCOMM_MODULE, name: $name, emulate: $emulate, waits: $waits };
+            // Hand-written entries without `griddepcontrol.wait`: launched in plain stream order.
+            Kernel {
+                module: &crate::__FERROCOMM_MODULE,
+                name: $name,
+                emulate: $emulate,
+                waits: $waits,
+                grid_dependency: false,
+            };
     };
 }
 

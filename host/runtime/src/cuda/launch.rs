@@ -27,14 +27,16 @@ impl CudaTeam {
             .map(|rank| {
                 self.check_limits(rank, kernel, cfg)?;
                 let module = self.module(team, rank, kernel.module)?;
-                self.function(rank, &module, kernel.name, cfg.shared_bytes)
+                let func = self.function(rank, &module, kernel.name, cfg.shared_bytes)?;
+                Ok((func, self.programmatic_launch && kernel.grid_dependency && module.cc >= 90))
             })
             .collect::<Result<Vec<_>, Error>>()?;
         if kernel.waits {
-            self.check_co_resident(kernel, cfg, &funcs)?;
+            let only: Vec<sys::CUfunction> = funcs.iter().map(|&(f, _)| f).collect();
+            self.check_co_resident(kernel, cfg, &only)?;
         }
-        for (rank, (&func, pack)) in funcs.iter().zip(packs).enumerate() {
-            if let Err(e) = self.launch_rank(rank, func, cfg, pack) {
+        for (rank, (&(func, programmatic), pack)) in funcs.iter().zip(packs).enumerate() {
+            if let Err(e) = self.launch_rank(rank, func, cfg, pack, programmatic) {
                 if rank > 0 && !capturing {
                     let _ = team.wait_idle(Instant::now());
                     let _ = team.take_device_errors();
@@ -45,24 +47,43 @@ impl CudaTeam {
         Ok(())
     }
 
+    /// Launches on `rank`'s stream; `programmatic`: with programmatic dependent launch (the kernel's entry
+    /// waits for the previous kernel itself, see `ferrocomm_device::sync::wait_prior_grids`).
     fn launch_rank(
         &self,
         rank: usize,
         func: sys::CUfunction,
         cfg: &LaunchConfig,
         pack: &ParamPack,
+        programmatic: bool,
     ) -> Result<(), Error> {
         let r = self.bind(rank)?;
         let mut params = pack.pointers();
         let [gx, gy, gz] = cfg.grid;
         let [bx, by, bz] = cfg.block;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: bx,
+            blockDimY: by,
+            blockDimZ: bz,
+            sharedMemBytes: cfg.shared_bytes,
+            hStream: r.stream.cu_stream(),
+            attrs: &raw mut attr,
+            numAttrs: u32::from(programmatic),
+        };
         // SAFETY: `func` is a kernel of this rank's module, loaded in the current context; `params` points at
         // one ABI value per kernel parameter (the caller's contract of `Team::launch`) and the driver copies
-        // them before returning; the stream belongs to the current context.
-        unsafe {
-            result::launch_kernel(func, (gx, gy, gz), (bx, by, bz), cfg.shared_bytes, r.stream.cu_stream(), &mut params)
-        }
-        .map_err(cuda("cuLaunchKernel", Some(self.gpu_of(rank).device())))
+        // them (and the config) before returning; the stream belongs to the current context.
+        unsafe { sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(cuda("cuLaunchKernelEx", Some(self.gpu_of(rank).device())))
     }
 
     fn check_limits(&self, rank: usize, kernel: &'static Kernel, cfg: &LaunchConfig) -> Result<(), Error> {

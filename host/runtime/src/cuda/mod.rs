@@ -81,12 +81,16 @@ pub(crate) struct CudaRank {
 pub(crate) struct CudaTeam {
     pub ranks: Vec<CudaRank>,
     pub gpus: Vec<CudaGpu>,
+    /// Launch `#[kernel]`s with programmatic dependent launch where the PTX is for sm_90 or later. Off when
+    /// ranks share a GPU: a rank's next kernel, launched early, could take the room the co-residency check
+    /// counted on for another rank's current one, which this rank's current one waits for.
+    pub programmatic_launch: bool,
 }
 
 impl CudaTeam {
     /// Opens the GPUs `ordinals`, enables peer access between every pair, and creates one stream per rank
     /// (`rank_gpu[r]` indexes `ordinals`).
-    pub fn new(ordinals: &[usize], rank_gpu: &[usize]) -> Result<CudaTeam, Error> {
+    pub fn new(ordinals: &[usize], rank_gpu: &[usize], programmatic_launch: bool) -> Result<CudaTeam, Error> {
         system::driver()?;
         let gpus = ordinals.iter().map(|&o| CudaGpu::open(o)).collect::<Result<Vec<_>, _>>()?;
         peer::enable_all(&gpus)?;
@@ -98,7 +102,8 @@ impl CudaTeam {
                 Ok(CudaRank { gpu, stream, modules: Mutex::new(HashMap::new()) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(CudaTeam { ranks, gpus })
+        let shared_gpu = (1..rank_gpu.len()).any(|r| rank_gpu[..r].contains(&rank_gpu[r]));
+        Ok(CudaTeam { ranks, gpus, programmatic_launch: programmatic_launch && !shared_gpu })
     }
 
     pub fn gpu_of(&self, rank: usize) -> &CudaGpu {

@@ -21,6 +21,8 @@ pub(crate) struct LoadedModule {
     ctx: Arc<CudaContext>,
     module: sys::CUmodule,
     name: &'static str,
+    /// The compute capability its PTX was built for.
+    pub cc: u32,
     /// Kernel name → (function, dynamic shared memory it was opened up to).
     functions: Mutex<HashMap<&'static str, (sys::CUfunction, u32)>>,
 }
@@ -76,6 +78,7 @@ impl CudaTeam {
             ctx: Arc::clone(&gpu.ctx),
             module: handle,
             name: module.name(),
+            cc,
             functions: Mutex::new(HashMap::new()),
         });
         tracing::debug!(module = module.name(), rank, cc, ms = started.elapsed().as_millis() as u64, "module loaded");

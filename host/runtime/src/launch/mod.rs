@@ -107,6 +107,9 @@ pub struct Kernel {
     pub emulate: unsafe fn(&[*const c_void]),
     /// Whether the kernel waits on other blocks or ranks.
     pub waits: bool,
+    /// Whether the entry first waits for the previous kernel of the stream (`griddepcontrol.wait`, as
+    /// every `#[kernel]` entry does), so it may be launched with programmatic dependent launch on sm_90.
+    pub grid_dependency: bool,
 }
 
 impl Team {

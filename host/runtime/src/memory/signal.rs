@@ -72,12 +72,10 @@ impl SignalPadBuffer {
         Ok(all)
     }
 
-    /// The epoch slots of rank `rank` (launch epoch, blocks finished), as the device library keeps them.
-    pub fn epoch_slots(&self, rank: usize) -> Result<[u64; SIGNAL_PAD_EPOCH_SLOTS], Error> {
-        let all = self.mem.to_host(rank)?;
-        let mut slots = [0; SIGNAL_PAD_EPOCH_SLOTS];
-        slots.copy_from_slice(&all[self.signals..]);
-        Ok(slots)
+    /// Rank `rank`'s epoch slots as the device library keeps them: per block, the launches that used the
+    /// pad and completed (all equal between launches).
+    pub fn epochs(&self, rank: usize) -> Result<Vec<u64>, Error> {
+        Ok(self.mem.to_host(rank)?.split_off(self.signals))
     }
 
     /// Zeroes every signal and epoch on every rank. Never needed between launches (signals are monotonic);

@@ -18,6 +18,8 @@ pub const BACKEND_ENV: &str = "FERROCOMM_BACKEND";
 pub const TIMEOUT_ENV: &str = "FERROCOMM_TIMEOUT_MS";
 /// The number of ranks, when the builder sets none (on GPUs: spread over them, several per GPU if needed).
 pub const WORLD_ENV: &str = "FERROCOMM_WORLD";
+/// `0` launches kernels without programmatic dependent launch (on by default where the GPU has it).
+pub const PDL_ENV: &str = "FERROCOMM_PDL";
 /// The device wait timeout when neither the builder nor the environment sets one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 /// Ranks of an emulated team when nothing says otherwise.
@@ -42,6 +44,7 @@ pub struct TeamBuilder {
     ranks_per_gpu: Option<usize>,
     timeout: Option<Duration>,
     emulator_checker: Option<bool>,
+    programmatic_launch: Option<bool>,
 }
 
 /// What a builder resolved to, before anything is created.
@@ -53,6 +56,8 @@ pub(crate) struct Plan {
     /// CUDA: the distinct GPU ordinals in use. Emulator: `0..gpus`.
     pub gpus: Vec<usize>,
     pub timeout: Duration,
+    /// Whether `#[kernel]`s launch with programmatic dependent launch where the GPU has it.
+    pub programmatic_launch: bool,
     /// Why this backend (for the log).
     pub why: String,
 }
@@ -108,6 +113,15 @@ impl TeamBuilder {
     /// race on purpose (a weakened litmus test). GPUs ignore it.
     pub fn emulator_checker(mut self, on: bool) -> Self {
         self.emulator_checker = Some(on);
+        self
+    }
+
+    /// On GPUs of compute capability 9.0 and up, whether `#[kernel]`s are launched with programmatic
+    /// dependent launch (default: yes, unless `FERROCOMM_PDL=0`): a kernel's blocks start while the
+    /// previous kernel of the stream finishes and wait for it in their entry (`griddepcontrol.wait`), which
+    /// hides most of the launch latency between back-to-back collectives. Results are the same either way.
+    pub fn programmatic_launch(mut self, on: bool) -> Self {
+        self.programmatic_launch = Some(on);
         self
     }
 
@@ -200,7 +214,16 @@ impl TeamBuilder {
                 }
             })
             .collect();
-        Ok(Plan { backend, devices, gpus, timeout, why })
+        let programmatic_launch = match self.programmatic_launch {
+            Some(on) => on,
+            None => match env(PDL_ENV).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) {
+                None => true,
+                Some(v) if v == "1" => true,
+                Some(v) if v == "0" => false,
+                Some(v) => return Err(Error::BadEnv { var: PDL_ENV, value: v, expected: "0 or 1" }),
+            },
+        };
+        Ok(Plan { backend, devices, gpus, timeout, programmatic_launch, why })
     }
 }
 
@@ -283,7 +306,7 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
                     Device::Emulated { gpu } => *gpu,
                 })
                 .collect();
-            Exec::Cuda(CudaTeam::new(&plan.gpus, &rank_gpu)?)
+            Exec::Cuda(CudaTeam::new(&plan.gpus, &rank_gpu, plan.programmatic_launch)?)
         }
         Backend::Emulator => Exec::Emu(EmuTeam::new(world, emulator_checker)?),
     };

@@ -32,7 +32,7 @@ struct RankLog {
 struct PadLog {
     /// A peer table of the pad: `world` base addresses.
     table: usize,
-    /// Index of the epoch slot after the signals.
+    /// Index of the first epoch slot (block 0's) after the signals.
     slot: usize,
     ranks: Vec<Option<RankLog>>,
 }
@@ -106,8 +106,12 @@ impl PadLogs {
         });
         let Some(entry) = pad.ranks.get_mut(rank as usize) else { return };
         let log = entry.get_or_insert_with(|| RankLog {
+            // Slots change only when their block ends its epoch, which is after this (its first) use, and
+            // every launch starts with all slots equal: this is the epoch the launch started from.
             // SAFETY: this rank's copy of a live pad with its epoch slots (the caller).
-            start: unsafe { epoch_at(raw.local as usize, slot) },
+            start: unsafe {
+                epoch_at(raw.local as usize, slot + (linear_block as usize).min(SIGNAL_PAD_EPOCH_SLOTS - 1))
+            },
             block_calls: vec![0; blocks as usize],
             site: None,
         });
