@@ -450,7 +450,7 @@ fn team_launches_record_races_and_can_run_unchecked() {
     };
     for checked in [true, false] {
         words.iter_mut().for_each(|w| *w = [0; 4]);
-        flags.iter_mut().for_each(|f| *f = [0; 3]);
+        flags.iter_mut().for_each(|f| *f = [0; 1 + SIGNAL_PAD_EPOCH_SLOTS]);
         let launch = TeamLaunch::with_checker(WORLD, [1, 1, 1], [1, 1, 1], 0, checked);
         assert_eq!(launch.is_checked(), checked);
         let mut errors = [ErrorBuffer::ZEROED, ErrorBuffer::ZEROED];
