@@ -229,7 +229,7 @@ fn dedup<T: PartialEq + Copy>(items: &[T]) -> Vec<T> {
 }
 
 /// Environment variables that change what NCCL and torch do, recorded with the run.
-const ENV_NOTED: [&str; 4] = ["NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES"];
+const ENV_NOTED: [&str; 5] = ["NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES", "FERROCOMM_"];
 
 /// Runs `args` with the modes of `opener`, prints the tables and crossovers, writes the report when asked,
 /// and returns the data. `command` is recorded in the report.

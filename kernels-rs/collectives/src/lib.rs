@@ -54,8 +54,8 @@ mod host;
 
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
-    Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, Tuning,
-    reference, verify,
+    Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, TUNING_ENV,
+    Tuning, reference, verify,
 };
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -303,7 +303,8 @@ impl SignalPad {
 
     /// Ends this launch's epoch. Block-collective: every thread of every block calls it once, at the end
     /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). Each block stores its epoch in its
-    /// slot; block 0 also in the slots of the blocks beyond the grid, so the next launch may use any grid.
+    /// slot, and the slots of the blocks beyond the grid are shared out over the grid's threads (at most one
+    /// store each for grids of 256 threads or more), so the next launch may use any grid.
     #[inline(always)]
     #[track_caller]
     pub fn advance_epoch(&self) {
@@ -316,15 +317,13 @@ impl SignalPad {
         let epoch = self.epoch_slot(block).load_relaxed() + 1;
         // Every thread of the block has read the epoch before it changes.
         sync_threads();
-        if thread_rank() == 0 {
-            self.epoch_slot(block).store_relaxed(epoch);
-        }
-        if block == 0 {
-            let mut b = blocks + thread_rank() as usize;
-            while b < SIGNAL_PAD_EPOCH_SLOTS {
-                self.epoch_slot(b).store_relaxed(epoch);
-                b += block_size() as usize;
-            }
+        // Thread `t` of block `b` stores slots `b + (t + k * threads) * blocks`: thread 0 first its own
+        // block's, the others slots beyond the grid; together they cover every slot once.
+        let stride = block_size() as usize * blocks;
+        let mut slot = block + thread_rank() as usize * blocks;
+        while slot < SIGNAL_PAD_EPOCH_SLOTS {
+            self.epoch_slot(slot).store_relaxed(epoch);
+            slot += stride;
         }
     }
 }

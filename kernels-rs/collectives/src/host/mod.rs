@@ -23,7 +23,7 @@ pub mod verify;
 
 pub use communicator::{Communicator, PingPong, PingProtocol, Route};
 pub use error::CommError;
-pub use tuning::Tuning;
+pub use tuning::{TUNING_ENV, Tuning};
 
 use ferrocomm::{Kernel, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
 use ferrocomm_device::abi::LlPacket;

@@ -40,6 +40,11 @@ pub struct Tuning {
     pub scratch_bytes: usize,
 }
 
+/// Overrides of the defaults, `field=value` pairs separated by commas (`ll_threads=512,max_blocks=64`):
+/// read by [`Tuning::for_team`], so every communicator of the process — the benchmark's included — runs
+/// with them.
+pub const TUNING_ENV: &str = "FERROCOMM_TUNING";
+
 /// Bytes of two-shot scratch per rank on GPUs: slots of 32 MiB on two ranks, so a 256 MiB all-reduce runs
 /// in four segments.
 const GPU_SCRATCH_BYTES: usize = 64 << 20;
@@ -47,11 +52,46 @@ const GPU_SCRATCH_BYTES: usize = 64 << 20;
 impl Tuning {
     /// Defaults for `team`: on GPUs, blocks up to the SMs each rank may use (the SM count of its GPU divided
     /// by the ranks sharing it); on the emulator, two blocks of one warp and buffers of a few hundred bytes.
+    /// Then applies the overrides of `FERROCOMM_TUNING` ([`TUNING_ENV`]).
     pub fn for_team(team: &Team) -> Result<Tuning, CommError> {
-        match team.backend() {
-            Backend::Emulator => Ok(Tuning::emulator()),
-            Backend::Cuda => Ok(Tuning::gpu(sms_per_rank(team)?, team.world())),
+        let mut tuning = match team.backend() {
+            Backend::Emulator => Tuning::emulator(),
+            Backend::Cuda => Tuning::gpu(sms_per_rank(team)?, team.world()),
+        };
+        if let Ok(overrides) = std::env::var(TUNING_ENV) {
+            tuning.apply(&overrides)?;
         }
+        Ok(tuning)
+    }
+
+    /// Applies `field=value` overrides separated by commas (the format of [`TUNING_ENV`]); values may be
+    /// written as sizes (`64KiB`, `4MiB`). An unknown field or a value that is not a number is an error
+    /// naming it, and leaves `self` unchanged; the result is checked by [`Tuning::validate`] when a
+    /// communicator is made.
+    pub fn apply(&mut self, overrides: &str) -> Result<(), CommError> {
+        let mut next = self.clone();
+        for pair in overrides.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = |why: &str| CommError::BadTuning { reason: format!("`{pair}` in {TUNING_ENV}: {why}") };
+            let (field, value) = pair.split_once('=').ok_or_else(|| bad("write field=value"))?;
+            let value = parse_size(value.trim()).ok_or_else(|| bad("the value is not a whole number or size"))?;
+            let small = |v: u64| u32::try_from(v).map_err(|_| bad("the value is too large"));
+            match field.trim() {
+                "threads" => next.threads = small(value)?,
+                "ll_threads" => next.ll_threads = small(value)?,
+                "max_blocks" => next.max_blocks = small(value)?,
+                "put_blocks" => next.put_blocks = small(value)?,
+                "put_threads" => next.put_threads = small(value)?,
+                "vectors_per_thread" => next.vectors_per_thread = small(value)?,
+                "ll_vectors_per_thread" => next.ll_vectors_per_thread = small(value)?,
+                "ll_all_reduce_max_bytes" => next.ll_all_reduce_max_bytes = value as usize,
+                "one_shot_max_bytes" => next.one_shot_max_bytes = value as usize,
+                "ll_exchange_max_bytes" => next.ll_exchange_max_bytes = value as usize,
+                "scratch_bytes" => next.scratch_bytes = value as usize,
+                _ => return Err(bad("no such field (see `Tuning`)")),
+            }
+        }
+        *self = next;
+        Ok(())
     }
 
     /// GPU defaults for `world` ranks that may each use `sms` multiprocessors. The one-shot push sends
@@ -138,6 +178,20 @@ impl Tuning {
     }
 }
 
+/// `123`, `64KiB`, `4MiB`, `1GiB` (also `K`, `KB`, … as binary units).
+fn parse_size(text: &str) -> Option<u64> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    number.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
 fn grid(vectors: usize, threads: u32, per_thread: u32, cap: u32) -> u32 {
     let per_block = threads as usize * per_thread as usize;
     vectors.div_ceil(per_block).clamp(1, cap.max(1) as usize) as u32
@@ -180,6 +234,22 @@ mod tests {
         t.max_blocks = 1000;
         assert!(t.validate(2).unwrap_err().to_string().contains("max_blocks = 1000"));
         assert!(matches!(Tuning::emulator().validate(9), Err(CommError::WorldTooLarge { world: 9 })));
+    }
+
+    #[test]
+    fn overrides_set_fields_and_name_what_is_wrong() {
+        let mut t = Tuning::gpu(132, 2);
+        t.apply(" ll_threads=512, ll_all_reduce_max_bytes=256KiB,max_blocks=64 ").unwrap();
+        assert_eq!((t.ll_threads, t.ll_all_reduce_max_bytes, t.max_blocks), (512, 256 << 10, 64));
+        let before = t.clone();
+        let e = t.apply("threads=64,llthreads=1").unwrap_err().to_string();
+        assert_eq!(t, before, "a failed override changes nothing");
+        assert!(e.contains("`llthreads=1`") && e.contains("no such field"), "{e}");
+        assert!(t.apply("threads").unwrap_err().to_string().contains("field=value"));
+        assert!(t.apply("threads=many").unwrap_err().to_string().contains("not a whole number"));
+        assert!(t.apply("threads=8GiB").unwrap_err().to_string().contains("too large"));
+        assert_eq!(parse_size("4MiB"), Some(4 << 20));
+        assert_eq!(parse_size("7x"), None);
     }
 
     #[test]
