@@ -117,10 +117,10 @@ pub const fn ll_region(parity: u64, src: usize, world: usize, slot_packets: usiz
     (parity as usize * world + src) * slot_packets
 }
 
-/// Packets of a region that carries messages of up to `max_bytes`: one header packet (the message length)
-/// and 8 data bytes per packet, with room for whole 16-byte vectors (two packets each).
+/// Packets of a region that carries messages of up to `max_bytes`: a header vector (the message length)
+/// and the message's 16-byte vectors, two packets each (8 data bytes per packet).
 pub const fn ll_slot_packets(max_bytes: usize) -> usize {
-    1 + 2 * max_bytes.div_ceil(VECTOR_BYTES)
+    2 * (1 + max_bytes.div_ceil(VECTOR_BYTES))
 }
 
 /// Splits `len` bytes into `parts` shares of whole 16-byte vectors and returns share `part` as `(start,

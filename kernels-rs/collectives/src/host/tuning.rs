@@ -100,10 +100,11 @@ impl Tuning {
     pub fn gpu(sms: u32, world: usize) -> Tuning {
         let max_blocks = sms.clamp(1, MAX_BLOCKS as u32);
         // Measured on 2 × H200 (FERROCOMM_TUNING sweeps, graph replay): 64-thread LL blocks spread small
-        // messages over more SMs (64 KiB all-reduce 4.1 → 3.5 µs); 512-thread bandwidth blocks keep more
-        // stores in flight (1 MiB one-shot 9.7 → 8.9 µs); 64 put blocks beat 32 at 1 GiB (363 → 369 GB/s).
+        // messages over more SMs (64 KiB all-reduce 4.1 → 3.5 µs); 64 put blocks beat 32 at 1 GiB (363 →
+        // 369 GB/s). 512-thread bandwidth blocks would be faster for bf16 (1 MiB 9.7 → 8.9 µs) but the f32
+        // two-shot needs too many registers for them.
         Tuning {
-            threads: 512,
+            threads: 256,
             ll_threads: 64,
             max_blocks,
             put_blocks: max_blocks.min(64),

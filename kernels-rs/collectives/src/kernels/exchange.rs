@@ -16,14 +16,15 @@
 //!   wait for it, store the message straight into the receiver's buffer with 16-byte stores and raise
 //!   `done(block, src)` with release ordering, its low 32 bits carrying the row count.
 //!
-//! Block `b` of the grid moves share `b` (`layout::share`) of every message, on both sides.
+//! The staged and direct transports split every message into one share per block (`layout::share`), block `b`
+//! moving share `b` on both sides; the LL transport splits it by packet over the grid's threads.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::ll::ll_flag;
+use ferrocomm_device::ll::{ll_flag, ll_store};
 use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
-use super::peer_thread;
+use super::{peer_thread, poll_ll_vector};
 use crate::layout::{
     ExchangePlan, MAX_WORLD, VECTOR_BYTES, epoch_tag, exchange_mode, exchange_pad, ll_region, one_shot_pad, share,
     stage_slot,
@@ -79,6 +80,15 @@ impl Messages<'_> {
         }
     }
 
+    /// The `len` bytes at `offset` of the send buffer, as a vector region.
+    #[inline(always)]
+    #[track_caller]
+    fn region(&self, offset: usize, len: usize) -> Region {
+        let bytes = &self.src[offset..offset + len];
+        // SAFETY: a kernel argument (global memory) that no thread writes in this launch.
+        unsafe { Region::new(bytes.as_ptr(), bytes.len()) }
+    }
+
     /// The message bytes `start..end` of the message to `dst` at `offset`.
     #[inline(always)]
     #[track_caller]
@@ -103,6 +113,11 @@ fn copy_to_self(messages: &Messages<'_>, dst: SymSliceMut<u8>, recv_counts: &mut
 /// Small-message exchange over LL packets (see the module documentation). `src`: this rank's send buffer
 /// (empty on non-root ranks of a broadcast); `send_counts`/`recv_counts`: all-to-all only (`world` rows
 /// each); `dst`: the receive buffer; `ll`: the LL buffer, `2 * world * plan.slot` packets.
+///
+/// A message travels as 16-byte vectors of two packets each: vector 0 is its header, vector `1 + k` its
+/// bytes `16k..16k + 16`. Thread `g` of the grid sends and receives vectors `g, g + threads, …` of every
+/// message — a split that does not depend on the length, so no thread waits for another: each polls the
+/// header itself, then its own vectors, and no barrier stands between a message's arrival and its copy.
 #[kernel]
 pub fn exchange_ll(
     src: &[u8],
@@ -114,54 +129,82 @@ pub fn exchange_ll(
     plan: ExchangePlan,
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
-    let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let slot = plan.slot as usize;
     assert!(2 * world * slot <= ll.len(), "LL buffer smaller than the plan's regions");
     let epoch = pad.epoch();
     let (flag, parity) = (ll_flag(epoch), epoch & 1);
     let messages = Messages { plan, rank, src, send_counts };
+    let (first, stride) = (global_thread_idx() as usize, global_threads() as usize);
+    let packets = |v: [u32; 4]| {
+        let lo = LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag };
+        [lo, LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag }]
+    };
 
     for peer in (0..world).filter(|&q| q != rank) {
         let (offset, len, header) = messages.outgoing(peer);
-        let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot), slot);
-        if block == 0 && thread_rank() == 0 {
-            put_ll(region.slice(0, 1), &[header], flag);
+        let body = messages.region(offset, len);
+        let vectors = 1 + body.vectors();
+        assert!(2 * vectors <= slot, "exchange message larger than an LL region");
+        let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot), 2 * vectors);
+        let mut j = first;
+        while j < vectors {
+            // SAFETY: vector `j - 1 < body.vectors()` of the send buffer.
+            let v = if j == 0 { [header as u32, (header >> 32) as u32, 0, 0] } else { unsafe { body.load(j - 1) } };
+            let [lo, hi] = packets(v);
+            // SAFETY: packets `2j` and `2j + 1` of the peer's region (the slice checked them), 16-byte aligned
+            // in the LL buffer, written by this thread alone in this launch.
+            unsafe {
+                ll_store(region.as_ptr().add(2 * j), lo);
+                ll_store(region.as_ptr().add(2 * j + 1), hi);
+            }
+            j += stride;
         }
-        let (start, end) = share(len, blocks, block);
-        put_ll_block(
-            region.slice(1 + start / 8, ll_packets::<u8>(end - start)),
-            messages.bytes(offset, start, end),
-            flag,
-        );
     }
-    copy_to_self(&messages, dst, recv_counts);
 
-    // Thread q reads the header of rank q's message once for the whole block.
-    let headers = ferrocomm_device::shared_array!(FERROCOMM_EXCHANGE_LL_HEADERS: [u64; MAX_WORLD]);
-    if let Some(peer) = peer_thread(rank, world) {
-        let mut header = [0u64; 1];
-        read_ll(&mut header, ll.local().slice(ll_region(parity, peer as usize, world, slot), 1), flag);
-        // SAFETY: thread `peer` alone writes element `peer`; the barrier below orders the reads after it.
-        unsafe { headers.write(peer as usize, header[0]) };
+    // This rank's message to itself, copied locally with the same split.
+    let (offset, len, header) = messages.outgoing(rank);
+    let (at, _) = messages.incoming(rank, header);
+    let (from, to) = (messages.region(offset, len), local_region(dst, at, len));
+    let mut k = first;
+    while k < from.vectors() {
+        // SAFETY: vector `k` of both regions, this thread's alone.
+        unsafe { to.store(k, from.load(k)) };
+        k += stride;
     }
-    sync_threads();
+    if plan.mode == exchange_mode::ALL_TO_ALL && first == 0 {
+        recv_counts[rank] = header as u32;
+    }
+
     for peer in (0..world).filter(|&q| q != rank) {
-        // SAFETY: written before the barrier above, read-only from here on.
-        let header = unsafe { headers.read(peer) };
+        let region = ll.local().slice(ll_region(parity, peer, world, slot), slot);
+        let h = poll_ll_vector(region.slice(0, 2).as_const(), flag);
+        let header = u64::from(h[0]) | u64::from(h[1]) << 32;
         let (at, len) = messages.incoming(peer, header);
-        let (start, end) = share(len, blocks, block);
-        assert!(at + end <= dst.len(), "exchange message overflows the receive buffer");
-        let region =
-            ll.local().slice(ll_region(parity, peer, world, slot) + 1 + start / 8, ll_packets::<u8>(end - start));
-        // SAFETY: bytes `at + start .. at + end` of this rank's receive buffer are in bounds (checked) and
-        // written by this block alone: no other block's share and no other rank touches them in this launch.
-        let out = unsafe { core::slice::from_raw_parts_mut(dst.local().as_ptr().add(at + start), end - start) };
-        read_ll_block(out, region, flag);
-        if plan.mode == exchange_mode::ALL_TO_ALL && block == 0 && thread_rank() == 0 {
+        assert!(at + len <= dst.len(), "exchange message overflows the receive buffer");
+        let out = local_region(dst, at, len);
+        // Thread 0's first vector is the header, which every thread polled above.
+        let mut j = if first == 0 { stride } else { first };
+        while j <= out.vectors() {
+            let v = poll_ll_vector(region.slice(2 * j, 2).as_const(), flag);
+            // SAFETY: vector `j - 1` of the message's place in the receive buffer, this thread's alone.
+            unsafe { out.store(j - 1, v) };
+            j += stride;
+        }
+        if plan.mode == exchange_mode::ALL_TO_ALL && first == 0 {
             recv_counts[peer] = header as u32;
         }
     }
     pad.advance_epoch();
+}
+
+/// Bytes `at..at + len` of this rank's receive buffer (checked against its length) as a vector region.
+#[inline(always)]
+#[track_caller]
+fn local_region(dst: SymSliceMut<u8>, at: usize, len: usize) -> Region {
+    assert!(at + len <= dst.len(), "exchange message overflows the receive buffer");
+    // SAFETY: in bounds (checked); this rank's copy is written in this launch by this rank's threads only,
+    // each vector by one thread.
+    unsafe { Region::new(dst.local().as_ptr().add(at), len) }
 }
 
 /// Mid-size exchange through the staging buffer (see the module documentation). Arguments as for
