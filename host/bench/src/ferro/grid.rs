@@ -75,11 +75,11 @@ mod tests {
         assert_eq!(grid(1024, 256, 4, 132), 1);
         assert_eq!(grid(1025, 256, 4, 132), 2);
         assert_eq!(grid(1 << 30, 256, 4, 132), 132);
-        // Put: 512 threads × 4 vectors per block, at most 32 blocks (the bandwidth target's SM budget).
+        // Put: 512 threads × 4 vectors per block, at most `put_blocks` (64) blocks.
         let t = Tuning::gpu(132, 2);
         assert_eq!(put_blocks(&t, 8), 1);
         assert_eq!(put_blocks(&t, 512 * 4 * 16), 1);
         assert_eq!(put_blocks(&t, 512 * 4 * 16 + 1), 2);
-        assert_eq!(put_blocks(&t, 64 << 20), 32);
+        assert_eq!(put_blocks(&t, 64 << 20), 64);
     }
 }
