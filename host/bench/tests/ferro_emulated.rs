@@ -92,10 +92,10 @@ fn ping_limit_and_grids_match_the_library() {
         comm.ping_pong(0, 1, 1, PING_MAX_BYTES + 1, PingProtocol::ReleaseAcquire),
         Err(CommError::TooLarge { .. })
     ));
-    // With the GPUs' tuning (on the emulator's memory): puts use at most 32 blocks, the collectives at most
+    // With the GPUs' tuning (on the emulator's memory): puts use at most 64 blocks, the collectives at most
     // one block per SM.
     let comm = Communicator::with_tuning(team, Tuning::gpu(132, 2)).unwrap();
-    assert_eq!(grid::blocks(&comm, Operation::PutBandwidth, 64 << 20, 1, false), 32);
+    assert_eq!(grid::blocks(&comm, Operation::PutBandwidth, 64 << 20, 1, false), 64);
     assert_eq!(grid::blocks(&comm, Operation::PingPong, 8, 1, true), 1);
     for op in [Operation::AllReduce, Operation::AllGather, Operation::AllToAll] {
         for bytes in [8, 64 << 10, 1 << 20, 256 << 20] {
