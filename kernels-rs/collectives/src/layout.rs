@@ -251,6 +251,6 @@ mod tests {
         assert!(one_shot_pad::pushed(1, MAX_BLOCKS - 1, MAX_WORLD - 1) < one_shot_pad::SIGNALS);
         assert_eq!(stage_slot(1, 0, 4, 8), 32);
         assert_eq!(ll_region(1, 1, 2, 10), 30);
-        assert_eq!(ll_slot_packets(16), 3);
+        assert_eq!(ll_slot_packets(16), 4);
     }
 }
