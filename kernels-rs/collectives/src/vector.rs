@@ -77,7 +77,8 @@ impl Region {
             return unsafe { p.ld_v4() };
         }
         // SAFETY: the bytes read lie inside the region.
-        unsafe { load_partial(p, (self.len - off).min(VECTOR_BYTES)) }
+        let v = unsafe { load_partial(p, (self.len - off).min(VECTOR_BYTES)) };
+        [v as u32, (v >> 32) as u32, (v >> 64) as u32, (v >> 96) as u32]
     }
 
     /// Stores vector `k`: the bytes of `v` that fall inside the region.
@@ -93,8 +94,9 @@ impl Region {
             // SAFETY: 16 bytes inside the region, 16-byte aligned.
             return unsafe { p.st_v4(v) };
         }
+        let all = v.iter().rev().fold(0u128, |acc, &w| acc << 32 | u128::from(w));
         // SAFETY: the bytes written lie inside the region.
-        unsafe { store_partial(p, (self.len - off).min(VECTOR_BYTES), v) }
+        unsafe { store_partial(p, (self.len - off).min(VECTOR_BYTES), all) }
     }
 }
 
@@ -145,15 +147,15 @@ fn unit(addr: usize, remaining: usize) -> usize {
     u
 }
 
-/// Loads `n < 16` bytes (or 16 misaligned ones) into the low bytes of a vector.
+/// Loads `n < 16` bytes (or 16 misaligned ones) into the low bytes of a vector, gathered and returned in a
+/// `u128` so nothing goes through local memory.
 ///
 /// # Safety
 ///
 /// `n` bytes at `p` are readable global memory.
-#[cold]
 #[inline(never)]
-unsafe fn load_partial(p: GlobalPtr, n: usize) -> V16 {
-    let mut bytes = [0u8; VECTOR_BYTES];
+unsafe fn load_partial(p: GlobalPtr, n: usize) -> u128 {
+    let mut acc = 0u128;
     let mut i = 0;
     while i < n {
         let a = p.byte_add(i);
@@ -167,35 +169,24 @@ unsafe fn load_partial(p: GlobalPtr, n: usize) -> V16 {
                 _ => u64::from(a.ld_b8()),
             }
         };
-        for j in 0..u {
-            bytes[i + j] = (word >> (8 * j)) as u8;
-        }
+        acc |= u128::from(word) << (8 * i);
         i += u;
     }
-    let w = |k: usize| u32::from_le_bytes([bytes[4 * k], bytes[4 * k + 1], bytes[4 * k + 2], bytes[4 * k + 3]]);
-    [w(0), w(1), w(2), w(3)]
+    acc
 }
 
-/// Stores the low `n` bytes of `v` (`n < 16`, or 16 misaligned).
+/// Stores the low `n` bytes of `all` (`n < 16`, or 16 misaligned).
 ///
 /// # Safety
 ///
 /// `n` bytes at `p` are writable global memory.
-#[cold]
 #[inline(never)]
-unsafe fn store_partial(p: GlobalPtr, n: usize, v: V16) {
-    let mut bytes = [0u8; VECTOR_BYTES];
-    for (k, w) in v.iter().enumerate() {
-        bytes[4 * k..4 * k + 4].copy_from_slice(&w.to_le_bytes());
-    }
+unsafe fn store_partial(p: GlobalPtr, n: usize, all: u128) {
     let mut i = 0;
     while i < n {
         let a = p.byte_add(i);
         let u = unit(a.addr(), n - i);
-        let mut word = 0u64;
-        for j in 0..u {
-            word |= u64::from(bytes[i + j]) << (8 * j);
-        }
+        let word = (all >> (8 * i)) as u64;
         // SAFETY: `i + u <= n` bytes are writable and `a` is aligned to `u`.
         unsafe {
             match u {

@@ -120,6 +120,26 @@ impl CudaTeam {
         Ok(())
     }
 
+    /// The fewest threads per block `kernel` allows over the ranks (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`,
+    /// which its register use bounds).
+    pub fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
+        let mut fewest = u32::MAX;
+        for rank in 0..self.ranks.len() {
+            let module = self.module(team, rank, kernel.module)?;
+            let func = self.function(rank, &module, kernel.name, 0)?;
+            // SAFETY: `func` belongs to a module loaded in the current context (`function` bound it).
+            let max = unsafe {
+                result::function::get_function_attribute(
+                    func,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                )
+            }
+            .map_err(cuda("cuFuncGetAttribute", Some(self.gpu_of(rank).device())))?;
+            fewest = fewest.min(max.max(0) as u32);
+        }
+        Ok(fewest)
+    }
+
     /// A kernel that waits on other blocks or ranks deadlocks unless all of its blocks run at once: on each
     /// GPU, the blocks of every rank sharing it must fit (occupancy × multiprocessors).
     fn check_co_resident(

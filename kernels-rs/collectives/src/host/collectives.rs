@@ -101,7 +101,7 @@ impl<'t> Communicator<'t> {
                 // Chunks start on 16-byte boundaries so every vector access is aligned.
                 let chunk = buf.len().div_ceil(world).next_multiple_of(T::LANES).max(1);
                 let plan = self.two_shot_plan(op, true, buf.len(), chunk);
-                let cfg = self.two_shot_config::<T>(chunk);
+                let cfg = self.two_shot_config::<T>(chunk)?;
                 let (scratch, pad) = (&mut self.scratch, &self.two_shot_pad);
                 // SAFETY: `two_shot_<T>(data: SymSliceMut<T>, out: &mut [T], scratch: SymSliceMut<[u32; 4]>,
                 // pad: SignalPad, plan: TwoShotPlan)`, packed in order with its ABI types. `buf` and
@@ -140,7 +140,7 @@ impl<'t> Communicator<'t> {
         }
         let chunk = output.len().max(1);
         let plan = self.two_shot_plan(op, false, input.len(), chunk);
-        let cfg = self.two_shot_config::<T>(chunk);
+        let cfg = self.two_shot_config::<T>(chunk)?;
         let (scratch, pad) = (&mut self.scratch, &self.two_shot_pad);
         // SAFETY: the two-shot kernel's arguments in order (see `all_reduce_with`). With `gather == 0` it
         // only reads `data` (the input, borrowed shared for `'a`) and writes `out` (borrowed mutably).
@@ -168,10 +168,13 @@ impl<'t> Communicator<'t> {
         }
     }
 
-    fn two_shot_config<T: Reducible>(&self, chunk: usize) -> LaunchConfig {
+    /// The two-shot's grid: `Tuning::threads` per block, or fewer where the kernel's registers allow fewer
+    /// (the `f32` two-shot, on sm_90, at most 480).
+    fn two_shot_config<T: Reducible>(&self, chunk: usize) -> Result<LaunchConfig, CommError> {
         let t = &self.tuning;
+        let threads = t.threads.min(self.team.max_threads_per_block(T::two_shot_kernel())? / 32 * 32).max(32);
         let segment = (chunk * size_of::<T>()).div_ceil(VECTOR_BYTES).min(self.slot_vectors);
-        LaunchConfig::new(t.blocks_for(segment, t.threads, t.max_blocks), t.threads)
+        Ok(LaunchConfig::new(t.blocks_for(segment, threads, t.max_blocks), threads))
     }
 
     /// All-gather: every rank's `input` (`n` elements) lands in slot `r` (elements `r * n ..`) of every

@@ -12,7 +12,8 @@ use crate::layout::{MAX_BLOCKS, MAX_WORLD, VECTOR_BYTES};
 /// [`Tuning::for_team`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tuning {
-    /// Threads per block of the bandwidth kernels (two-shot, direct exchange, put, get): a multiple of 32.
+    /// Threads per block of the bandwidth kernels (one-shot and two-shot all-reduce, staged and direct
+    /// exchange): a multiple of 32; the two-shot uses fewer where its registers allow fewer.
     pub threads: u32,
     /// Threads per block of the LL kernels (LL all-reduce, LL exchange): a multiple of 32.
     pub ll_threads: u32,
@@ -100,11 +101,11 @@ impl Tuning {
     pub fn gpu(sms: u32, world: usize) -> Tuning {
         let max_blocks = sms.clamp(1, MAX_BLOCKS as u32);
         // Measured on 2 × H200 (FERROCOMM_TUNING sweeps, graph replay): 64-thread LL blocks spread small
-        // messages over more SMs (64 KiB all-reduce 4.1 → 3.5 µs); 64 put blocks beat 32 at 1 GiB (363 →
-        // 369 GB/s). 512-thread bandwidth blocks would be faster for bf16 (1 MiB 9.7 → 8.9 µs) but the f32
-        // two-shot needs too many registers for them.
+        // messages over more SMs (64 KiB all-reduce 4.1 → 3.5 µs); 512-thread bandwidth blocks keep more
+        // stores in flight (1 MiB one-shot 9.7 → 8.9 µs; kernels whose registers allow fewer get fewer);
+        // 64 put blocks beat 32 at 1 GiB (363 → 369 GB/s).
         Tuning {
-            threads: 256,
+            threads: 512,
             ll_threads: 64,
             max_blocks,
             put_blocks: max_blocks.min(64),
