@@ -78,7 +78,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Output of the anchor scripts (symm.py, a2a.py, nccl.py, ref_pingpong) to show beside the modes;
-    /// repeatable.
+    /// repeatable. The sizes they measured join the sweep, so every anchor figure has one of ours beside it.
     #[arg(long, value_name = "FILE")]
     pub anchors: Vec<PathBuf>,
     /// GPUs the anchor scripts ran on, for their bus bandwidth [default: the GPUs measured here, else 2].
@@ -240,7 +240,16 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
                 .map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?;
             from_json(&text).map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?
         }
-        None => measure_all(args, opener, command),
+        None => {
+            let mut plan = args.plan();
+            for path in &args.anchors {
+                let rows = read_anchor_file(path, args.anchor_world.unwrap_or(2))?;
+                plan.sizes.extend(rows.iter().filter(|m| plan.ops.contains(&m.op)).map(|m| m.bytes));
+            }
+            plan.sizes.sort_unstable();
+            plan.sizes.dedup();
+            measure_all(plan, args, opener, command)
+        }
     };
     let world = args
         .anchor_world
@@ -283,8 +292,7 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
 }
 
 /// Opens each mode (each proxy depth), sweeps it, and collects points, skips and notes.
-fn measure_all(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> BenchData {
-    let plan = args.plan();
+fn measure_all(plan: Plan, args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> BenchData {
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut data = BenchData {
         meta: Meta {

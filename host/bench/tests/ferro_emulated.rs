@@ -205,3 +205,23 @@ fn bench_command_writes_a_report_with_every_emulated_series() {
     // The proxy's note is the same at every depth, so it is there once.
     assert_eq!(readme.matches("proxy: kernels of one thread").count(), 1);
 }
+
+#[test]
+fn anchor_sizes_join_the_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let anchors = dir.path().join("a2a.txt");
+    std::fs::write(
+        &anchors,
+        "tokens 1 x 7168 bf16 (14336 B): nccl all_to_all 10.92 us (1.3 GB/s algbw)  nccl all_gather 9.79 us\n",
+    )
+    .unwrap();
+    let argv = format!(
+        "bench --ops all-to-all --modes gpu --sizes 64 --iters 2 --warmup 1 --trials 2 --anchors {}",
+        anchors.display()
+    );
+    let args = ferrocomm_bench::cli::parse(argv.split_whitespace()).unwrap();
+    let data = ferrocomm_bench::cli::execute_with(&args, &mut Emulated(team()), &argv).unwrap();
+    let ours: Vec<u64> = data.measurements.iter().filter(|m| m.mode == Mode::Gpu).map(|m| m.bytes).collect();
+    assert_eq!(ours, [64, 14336], "the anchor's all-to-all size is measured too; its all-gather is not asked for");
+    assert!(data.measurements.iter().any(|m| m.mode == Mode::Anchor && m.bytes == 14336));
+}
