@@ -212,6 +212,30 @@ impl GpuAtomicU32 {
 }
 
 impl GpuAtomicU64 {
+    /// `red.relaxed.gpu.global.add.u64`: adds `v` without ordering and without returning the old value (a
+    /// posted atomic, as cheap as a store: counters nobody reads until the next launch). The value must be
+    /// in global memory.
+    #[inline(always)]
+    pub fn add_relaxed(&self, v: u64) {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            // SAFETY: `self` addresses a live, aligned value in global memory (the contract of `from_ptr`
+            // and of this method).
+            unsafe {
+                core::arch::asm!(
+                    "cvta.to.global.u64 {g}, {g};\n\tred.relaxed.gpu.global.add.u64 [{g}], {v};",
+                    g = inout(reg64) self.0.get() => _, v = in(reg64) v, options(nostack)
+                )
+            };
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            use core::sync::atomic::Ordering;
+            let op = crate::emu::check::AtomicOp::Rmw(Ordering::Relaxed);
+            crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::Relaxed));
+        }
+    }
+
     load!(/** `ld.relaxed.gpu.u64` */ load_relaxed, u64, reg64, "ld.relaxed.gpu.u64 {v}, [{p}];", Relaxed);
     load!(/** `ld.acquire.gpu.u64` */ load_acquire, u64, reg64, "ld.acquire.gpu.u64 {v}, [{p}];", Acquire);
     store!(/** `st.relaxed.gpu.u64` */ store_relaxed, u64, reg64, "st.relaxed.gpu.u64 [{p}], {v};", Relaxed);

@@ -302,9 +302,10 @@ impl SignalPad {
     }
 
     /// Ends this launch's epoch. Block-collective: every thread of every block calls it once, at the end
-    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). Each block stores its epoch in its
-    /// slot, and the slots of the blocks beyond the grid are shared out over the grid's threads (at most one
-    /// store each for grids of 256 threads or more), so the next launch may use any grid.
+    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). Every slot goes up by one with a
+    /// posted `red.add` (no load, no fence on the kernel's way out): each block its own slot, and the slots
+    /// of the blocks beyond the grid shared out over the grid's threads (at most one each for grids of 256
+    /// threads or more), so the next launch may use any grid.
     #[inline(always)]
     #[track_caller]
     pub fn advance_epoch(&self) {
@@ -314,15 +315,14 @@ impl SignalPad {
             crate::emu::check::pad(&self.raw, Some(Location::caller()))
         };
         let (block, blocks) = (block_rank() as usize, grid_size() as usize);
-        let epoch = self.epoch_slot(block).load_relaxed() + 1;
         // Every thread of the block has read the epoch before it changes.
         sync_threads();
-        // Thread `t` of block `b` stores slots `b + (t + k * threads) * blocks`: thread 0 first its own
+        // Thread `t` of block `b` advances slots `b + (t + k * threads) * blocks`: thread 0 first its own
         // block's, the others slots beyond the grid; together they cover every slot once.
         let stride = block_size() as usize * blocks;
         let mut slot = block + thread_rank() as usize * blocks;
         while slot < SIGNAL_PAD_EPOCH_SLOTS {
-            self.epoch_slot(slot).store_relaxed(epoch);
+            self.epoch_slot(slot).add_relaxed(1);
             slot += stride;
         }
     }

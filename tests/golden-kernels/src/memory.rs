@@ -130,6 +130,12 @@ cas_entries! {
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_gpu_u64_add_relaxed(p: *mut u64, v: u64) {
+    // SAFETY: the launch passes a valid, aligned pointer to global memory.
+    unsafe { GpuAtomicU64::from_ptr(p).add_relaxed(v) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_sys_u64_add_release(p: *mut u64, v: u64) {
     // SAFETY: the launch passes a valid, aligned pointer to global memory.
     unsafe { SysAtomicU64::from_ptr(p).add_release(v) };
