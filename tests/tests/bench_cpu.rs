@@ -366,8 +366,9 @@ fn driver_end_to_end_with_a_modelled_backend() {
     let a = args(&line).unwrap();
     let data = cli::execute_with(&a, &mut ModelOpener, "ferrocomm bench (test)").unwrap();
 
-    // 2 ops × 6 sizes (8 B to 256 KiB, ×8) × (gpu, proxy qd=1, proxy qd=16, nccl) + 2 anchor rows.
-    assert_eq!(data.measurements.len(), 2 * 6 * 4 + 2);
+    // 2 ops × 7 sizes (8 B to 256 KiB, ×8, and the anchor's 64 KiB) × (gpu, proxy qd=1, proxy qd=16, nccl)
+    // + 2 anchor rows.
+    assert_eq!(data.measurements.len(), 2 * 7 * 4 + 2);
     assert_eq!(data.meta.devices, vec!["0: model", "1: model"]);
     let cpu_skips: Vec<&Skipped> = data.skipped.iter().filter(|s| s.mode == Mode::Cpu).collect();
     assert_eq!(cpu_skips.len(), 2);
