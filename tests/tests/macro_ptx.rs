@@ -112,4 +112,12 @@ fn kernel_entries_have_the_abi_of_their_arguments() {
     assert!(entry_params(&ptx, "nothing").is_empty());
     // The body is inlined into its entry: no separate function for it.
     assert!(!ptx.contains("__ferrocomm_kernel_"), "a kernel body was not inlined");
+    // Programmatic dependent launch: the context is read before the wait for the previous kernel, and the
+    // body's `team::rank()` / `team::world()` reuse that read instead of loading again after it.
+    let ring = &ptx[ptx.find(".visible .entry ring(").unwrap()..];
+    let ring = &ring[..ring.find("\n}\n").unwrap()];
+    let at = |needle: &str| ring.find(needle).unwrap_or_else(|| panic!("`{needle}` missing from ring:\n{ring}"));
+    assert!(at("[FERROCOMM_LAUNCH_CTX]") < at("griddepcontrol.wait;"));
+    assert!(at("griddepcontrol.wait;") < at("griddepcontrol.launch_dependents;"));
+    assert_eq!(ring.matches("[FERROCOMM_LAUNCH_CTX]").count(), 1, "one read of rank and world:\n{ring}");
 }

@@ -33,6 +33,48 @@ pub(crate) fn timeout_ns() -> u64 {
     }
 }
 
+/// `(rank, world)` of the running launch. On the GPU one `ld.global.nc.v2.u32` of the context global marked
+/// pure: the host writes the global only while no kernel of the module runs, so for a launch it is a
+/// constant, and every read merges into the first — which [`preload`] places before the kernel waits for
+/// the previous one.
+#[inline(always)]
+fn rank_and_world() -> (u32, u32) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (rank, world): (u32, u32);
+        // SAFETY: reads 8 bytes of the module's context global, which is constant while the kernel runs.
+        unsafe {
+            core::arch::asm!(
+                "ld.global.nc.v2.u32 {{{r}, {w}}}, [FERROCOMM_LAUNCH_CTX];",
+                r = out(reg32) rank,
+                w = out(reg32) world,
+                options(pure, nomem, nostack, preserves_flags)
+            )
+        };
+        (rank, world)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let ctx = launch_ctx();
+        (ctx.rank, ctx.world)
+    }
+}
+
+/// Reads the rank and team size before the kernel waits for the previous one (`#[kernel]` entries call it
+/// first): the context does not depend on that kernel, and every later [`team::rank`] / [`team::world`]
+/// reuses the registers instead of waiting for a load on the kernel's critical path.
+#[inline(always)]
+pub fn preload() {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let (rank, world) = rank_and_world();
+        // SAFETY: an empty asm that takes the values, so the loads happen here and are not discarded.
+        unsafe {
+            core::arch::asm!("// rank {r}, world {w}", r = in(reg32) rank, w = in(reg32) world, options(nomem, nostack))
+        };
+    }
+}
+
 /// This rank's error buffer (null when the host gave none).
 #[inline(always)]
 pub(crate) fn error_buffer() -> *mut ErrorBuffer {
@@ -44,12 +86,12 @@ pub mod team {
     /// This rank's index in the team, `0..world()`.
     #[inline(always)]
     pub fn rank() -> u32 {
-        super::launch_ctx().rank
+        super::rank_and_world().0
     }
 
     /// The number of ranks in the team.
     #[inline(always)]
     pub fn world() -> u32 {
-        super::launch_ctx().world
+        super::rank_and_world().1
     }
 }

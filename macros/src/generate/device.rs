@@ -58,7 +58,9 @@ pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
         #[doc = #safety]
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn #name(#(#idents: #abi_types),*) {
-            // Launched with programmatic dependent launch (sm_90): nothing before this wait touches memory.
+            // Launched with programmatic dependent launch (sm_90): before this wait, only the launch context
+            // (constant, the previous kernel does not write it) is read.
+            ::ferrocomm_device::ctx::preload();
             ::ferrocomm_device::sync::wait_prior_grids();
             ::ferrocomm_device::sync::launch_dependents();
             // SAFETY: the launch contract above: every ABI value describes live device memory of the right
