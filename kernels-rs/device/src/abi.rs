@@ -278,8 +278,8 @@ impl ErrorBuffer {
 }
 
 /// Slots of bookkeeping at the end of every signal pad's allocation, after its signals: one launch epoch
-/// per block, so a kernel ends its epoch with one plain store per block — no atomic, no fence (see
-/// `SignalPad::epoch`). It is also the most blocks a kernel using a pad may run. The host allocates
+/// per block, so a kernel ends its epoch with posted adds — no load, no fence, no block waiting for another
+/// (see `SignalPad::epoch`). It is also the most blocks a kernel using a pad may run. The host allocates
 /// `signals + SIGNAL_PAD_EPOCH_SLOTS` zeroed `u64`s per rank and passes that total as [`RawSym::len`];
 /// signal `i` stays at offset `i`.
 pub const SIGNAL_PAD_EPOCH_SLOTS: usize = 256;

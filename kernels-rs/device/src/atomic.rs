@@ -86,6 +86,33 @@ macro_rules! rmw {
     };
 }
 
+/// A `red` (reduction without a result, a posted atomic) on a value in global memory.
+macro_rules! red {
+    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name(&self, v: u64) {
+            #[cfg(target_arch = "nvptx64")]
+            {
+                // SAFETY: `self` addresses a live, aligned value in global memory (the contract of `from_ptr`
+                // and of this method).
+                unsafe {
+                    core::arch::asm!(
+                        concat!("cvta.to.global.u64 {g}, {g};\n\t", $asm),
+                        g = inout(reg64) self.0.get() => _, v = in(reg64) v, options(nostack)
+                    )
+                };
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                use core::sync::atomic::Ordering;
+                let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
+                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::$ord));
+            }
+        }
+    };
+}
+
 macro_rules! cas {
     ($(#[$doc:meta])* $name:ident, $int:ty, $reg:ident, $asm:literal, $ord:ident, $fail:ident) => {
         $(#[$doc])*
@@ -212,29 +239,12 @@ impl GpuAtomicU32 {
 }
 
 impl GpuAtomicU64 {
-    /// `red.relaxed.gpu.global.add.u64`: adds `v` without ordering and without returning the old value (a
-    /// posted atomic, as cheap as a store: counters nobody reads until the next launch). The value must be
-    /// in global memory.
-    #[inline(always)]
-    pub fn add_relaxed(&self, v: u64) {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            // SAFETY: `self` addresses a live, aligned value in global memory (the contract of `from_ptr`
-            // and of this method).
-            unsafe {
-                core::arch::asm!(
-                    "cvta.to.global.u64 {g}, {g};\n\tred.relaxed.gpu.global.add.u64 [{g}], {v};",
-                    g = inout(reg64) self.0.get() => _, v = in(reg64) v, options(nostack)
-                )
-            };
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            use core::sync::atomic::Ordering;
-            let op = crate::emu::check::AtomicOp::Rmw(Ordering::Relaxed);
-            crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::Relaxed));
-        }
-    }
+    red!(
+        /// `red.relaxed.gpu.global.add.u64`: adds `v` without ordering and without returning the old value
+        /// (a posted atomic, as cheap as a store: counters nobody reads until the next launch). The value
+        /// must be in global memory.
+        add_relaxed, "red.relaxed.gpu.global.add.u64 [{g}], {v};", Relaxed
+    );
 
     load!(/** `ld.relaxed.gpu.u64` */ load_relaxed, u64, reg64, "ld.relaxed.gpu.u64 {v}, [{p}];", Relaxed);
     load!(/** `ld.acquire.gpu.u64` */ load_acquire, u64, reg64, "ld.acquire.gpu.u64 {v}, [{p}];", Acquire);
@@ -327,26 +337,10 @@ impl SysAtomicU64 {
     cas!(/** `atom.acq_rel.sys.cas.b64` */ compare_exchange_acq_rel, u64, reg64,
         "atom.acq_rel.sys.cas.b64 {old}, [{p}], {c}, {n};", AcqRel, Acquire);
 
-    /// `red.release.sys.global.add.u64`: adds `v` with release ordering without returning the old value
-    /// (the signal-raise of monotonic counters). The value must be in global memory (device or peer-mapped).
-    #[inline(always)]
-    pub fn add_release(&self, v: u64) {
-        #[cfg(target_arch = "nvptx64")]
-        {
-            // SAFETY: `self` addresses a live, aligned value in global memory (the contract of `from_ptr`
-            // and of this method).
-            unsafe {
-                core::arch::asm!(
-                    "cvta.to.global.u64 {g}, {g};\n\tred.release.sys.global.add.u64 [{g}], {v};",
-                    g = inout(reg64) self.0.get() => _, v = in(reg64) v, options(nostack)
-                )
-            };
-        }
-        #[cfg(not(target_arch = "nvptx64"))]
-        {
-            use core::sync::atomic::Ordering;
-            let op = crate::emu::check::AtomicOp::Rmw(Ordering::Release);
-            crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::Release));
-        }
-    }
+    red!(
+        /// `red.release.sys.global.add.u64`: adds `v` with release ordering without returning the old value
+        /// (the signal-raise of monotonic counters). The value must be in global memory (device or
+        /// peer-mapped).
+        add_release, "red.release.sys.global.add.u64 [{g}], {v};", Release
+    );
 }

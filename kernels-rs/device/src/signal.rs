@@ -287,9 +287,9 @@ impl SignalPad {
     /// rank and in every block when all ranks launch the same kernels. Read it before
     /// [`advance_epoch`](SignalPad::advance_epoch).
     ///
-    /// Each block keeps its own count of completed launches, and every launch leaves all counts equal (block
-    /// 0 also sets those of the blocks it did not run), so a launch reads only its block's slot and ends
-    /// with plain stores: no atomic, no fence, and stream order makes them visible to the next launch.
+    /// Each block keeps its own count of completed launches, and every launch leaves all counts equal (its
+    /// blocks also advance the slots of the blocks it did not run), so a launch reads only its block's slot
+    /// and ends with posted adds — no load, no fence; stream order makes them visible to the next launch.
     #[inline(always)]
     #[track_caller]
     pub fn epoch(&self) -> u64 {

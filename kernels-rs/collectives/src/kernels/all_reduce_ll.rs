@@ -16,7 +16,7 @@ use ferrocomm_device::kernel;
 use ferrocomm_device::ll::{ll_flag, ll_store};
 use ferrocomm_device::prelude::*;
 
-use super::poll_ll_vector;
+use super::{poll_ll_vector, vector_packets};
 use crate::element::{Element, ReduceOp, reduce_ranks};
 use crate::layout::ll_region;
 use crate::vector::Region;
@@ -48,8 +48,7 @@ fn all_reduce_ll<T: Element, O: ReduceOp>(
     while k < exchanged {
         // SAFETY: `k < vectors` when loaded.
         let v = if k < vectors { unsafe { local.load(k) } } else { [0; 4] };
-        let lo = LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag };
-        let hi = LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag };
+        let [lo, hi] = vector_packets(v, flag);
         for peer in (0..world).filter(|&q| q != rank) {
             let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot) + 2 * k, 2);
             // SAFETY: two packets inside the peer's region (the slice checked it); packets are 16-byte

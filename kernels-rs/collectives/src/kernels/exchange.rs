@@ -4,7 +4,7 @@
 //!
 //! Three transports, one message layout:
 //! - `exchange_ll` (small messages): each message travels as LL packets into the receiver's region of the
-//!   LL buffer (epoch parity × source), headed by a packet holding its length; the receiver polls until
+//!   LL buffer (epoch parity × source), headed by a vector holding its length; the receiver polls until
 //!   every packet carries this launch's flag and unpacks into its buffer. One one-way trip, no fence.
 //!   Every rank sends every peer at least the header each launch, so finishing a launch proves every peer
 //!   has started it — which is what makes reusing a parity two launches later safe.
@@ -24,7 +24,7 @@ use ferrocomm_device::ll::{ll_flag, ll_store};
 use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
-use super::{peer_thread, poll_ll_vector};
+use super::{peer_thread, poll_ll_vector, vector_packets};
 use crate::layout::{
     ExchangePlan, MAX_WORLD, VECTOR_BYTES, epoch_tag, exchange_mode, exchange_pad, ll_region, one_shot_pad, share,
     stage_slot,
@@ -135,10 +135,6 @@ pub fn exchange_ll(
     let (flag, parity) = (ll_flag(epoch), epoch & 1);
     let messages = Messages { plan, rank, src, send_counts };
     let (first, stride) = (global_thread_idx() as usize, global_threads() as usize);
-    let packets = |v: [u32; 4]| {
-        let lo = LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag };
-        [lo, LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag }]
-    };
 
     for peer in (0..world).filter(|&q| q != rank) {
         let (offset, len, header) = messages.outgoing(peer);
@@ -150,7 +146,7 @@ pub fn exchange_ll(
         while j < vectors {
             // SAFETY: vector `j - 1 < body.vectors()` of the send buffer.
             let v = if j == 0 { [header as u32, (header >> 32) as u32, 0, 0] } else { unsafe { body.load(j - 1) } };
-            let [lo, hi] = packets(v);
+            let [lo, hi] = vector_packets(v, flag);
             // SAFETY: packets `2j` and `2j + 1` of the peer's region (the slice checked them), 16-byte aligned
             // in the LL buffer, written by this thread alone in this launch.
             unsafe {
@@ -180,7 +176,6 @@ pub fn exchange_ll(
         let h = poll_ll_vector(region.slice(0, 2).as_const(), flag);
         let header = u64::from(h[0]) | u64::from(h[1]) << 32;
         let (at, len) = messages.incoming(peer, header);
-        assert!(at + len <= dst.len(), "exchange message overflows the receive buffer");
         let out = local_region(dst, at, len);
         // Thread 0's first vector is the header, which every thread polled above.
         let mut j = if first == 0 { stride } else { first };

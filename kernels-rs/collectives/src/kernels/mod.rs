@@ -65,6 +65,15 @@ pub(crate) fn poll_ll_vector(packets: PeerSlice<LlPacket>, flag: u32) -> [u32; 4
     words
 }
 
+/// The two LL packets that carry the 16-byte vector `v` under `flag` (8 data bytes each).
+#[inline(always)]
+pub(crate) fn vector_packets(v: [u32; 4], flag: u32) -> [LlPacket; 2] {
+    [
+        LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag },
+        LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag },
+    ]
+}
+
 /// Whether this thread speaks for peer `t` of the block's signalling: thread `t` of the block handles peer
 /// `t`'s signals, so the waits on different peers overlap.
 #[inline(always)]
