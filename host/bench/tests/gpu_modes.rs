@@ -159,7 +159,7 @@ fn gpu_mode_checks_and_measures() {
     let ping = at(Operation::PingPong, 8);
     let put = at(Operation::PutBandwidth, 4 << 20);
     let reduce = at(Operation::AllReduce, 65536);
-    assert!(put.sms_used.is_some_and(|s| s <= 32), "{put:?}");
+    assert!(put.sms_used.is_some_and(|s| s <= 64), "the put's SM budget (Tuning::put_blocks): {put:?}");
     assert!(put.busbw_gbps > 20.0, "{put:?}");
     assert!(ping.median_us < 20.0, "{ping:?}");
     eprintln!(
