@@ -150,19 +150,7 @@ impl Signal {
     #[inline(always)]
     #[track_caller]
     pub fn wait(self, cmp: Cmp, expected: u64) -> u64 {
-        let location = Location::caller();
-        #[cfg(not(target_arch = "nvptx64"))]
-        let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
-        poll_until(
-            || {
-                let v = self.load_acquire();
-                if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
-            },
-            self.ptr as u64,
-            expected,
-            cmp,
-            location,
-        )
+        self.poll(cmp, expected, Signal::load_acquire)
     }
 
     /// [`Signal::wait`] polling with relaxed loads: nothing the sender wrote before is ordered by it (the
@@ -170,12 +158,19 @@ impl Signal {
     #[inline(always)]
     #[track_caller]
     pub fn wait_relaxed(self, cmp: Cmp, expected: u64) -> u64 {
+        self.poll(cmp, expected, Signal::load_relaxed)
+    }
+
+    /// Polls with `load` until `cmp` holds (the body of the waits).
+    #[inline(always)]
+    #[track_caller]
+    fn poll(self, cmp: Cmp, expected: u64, load: impl Fn(Signal) -> u64) -> u64 {
         let location = Location::caller();
         #[cfg(not(target_arch = "nvptx64"))]
         let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
         poll_until(
             || {
-                let v = self.load_relaxed();
+                let v = load(self);
                 if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
             },
             self.ptr as u64,
