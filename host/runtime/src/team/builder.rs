@@ -390,6 +390,16 @@ mod tests {
     }
 
     #[test]
+    fn programmatic_launch_is_on_unless_switched_off() {
+        let plan = |b: TeamBuilder, env| b.plan(env, || Ok(2)).unwrap().programmatic_launch;
+        assert!(plan(TeamBuilder::new(), env_of(&[])));
+        assert!(!plan(TeamBuilder::new(), env_of(&[(PDL_ENV, "0")])));
+        assert!(plan(TeamBuilder::new().programmatic_launch(true), env_of(&[(PDL_ENV, "0")])), "the builder wins");
+        let e = TeamBuilder::new().plan(env_of(&[(PDL_ENV, "yes")]), || Ok(2)).unwrap_err();
+        assert!(e.to_string().contains("FERROCOMM_PDL=\"yes\"") && e.to_string().contains("0 or 1"), "{e}");
+    }
+
+    #[test]
     fn cuda_requested_without_a_driver_is_an_error() {
         let e = TeamBuilder::new().backend(Backend::Cuda).plan(env_of(&[]), no_gpu).unwrap_err();
         assert!(matches!(e, Error::NoDriver), "{e}");
