@@ -28,14 +28,16 @@
 //!
 //! | call | small | mid | large |
 //! | --- | --- | --- | --- |
-//! | all-reduce | LL one-shot, ≤ 128 KiB | one-shot push, ≤ 4 MiB (1 MiB above 2 ranks) | two-shot |
-//! | broadcast, all-gather, all-to-all (per message) | LL, ≤ 64 KiB | staged, ≤ the one-shot limit | direct |
+//! | all-reduce | LL one-shot, ≤ 256 KiB | one-shot push, ≤ 4 MiB (1 MiB above 2 ranks) | two-shot |
+//! | broadcast, all-gather, all-to-all (per message) | LL, ≤ 256 KiB | staged, ≤ the one-shot limit | direct |
 //! | reduce-scatter | two-shot | | |
 //!
 //! Grids: one kernel per call, every block co-resident (at most the SMs each rank may use, and at most
-//! [`layout::MAX_BLOCKS`]); latency kernels (LL, one-shot, staged) use one 16-byte vector per thread of
-//! 256-thread blocks, bandwidth kernels (two-shot, direct) four; put and get use at most 32 blocks of 512
-//! threads; the barrier one warp, ping-pong one thread (one warp for LL).
+//! [`layout::MAX_BLOCKS`]); latency kernels use one 16-byte vector per thread, of 64-thread blocks (LL) or
+//! 512-thread blocks (one-shot, staged); bandwidth kernels (two-shot, direct) four per thread of 512-thread
+//! blocks (fewer threads where a kernel's registers allow fewer); put and get at most 64 blocks of 512
+//! threads; the barrier one warp, ping-pong one thread (one warp for LL). `FERROCOMM_TUNING` overrides any
+//! of it.
 //!
 //! Memory ordering: data moves with weak 16-byte accesses; small messages are guarded by LL flags that
 //! travel in the same store, larger ones by release/acquire signals per block. Every signal and flag is
