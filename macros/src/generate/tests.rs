@@ -69,11 +69,11 @@ fn device_entry_is_unmangled_ptx_kernel_with_abi_arguments() {
     assert!(has_attr(body, "#[inline(always)]") && has_attr(body, "#[cfg(target_arch=\"nvptx64\")]"));
     assert_eq!(text(&body.sig.inputs), "dst : & mut [f32] , src : & [f32] , mut by : f32 , sym : SymSlice < u32 >");
     assert_eq!(text(&entry.block).matches("from_abi").count(), 4);
-    // The grid dependency of programmatic dependent launch comes before anything touches memory.
+    // The context preload, then the grid dependency of programmatic dependent launch, then the body.
     let block = text(&entry.block);
-    let (wait, dependents, body) =
-        (block.find("wait_prior_grids").unwrap(), block.find("launch_dependents").unwrap(), block.find("from_abi"));
-    assert!(wait < dependents && dependents < body.unwrap(), "{block}");
+    let at = |s: &str| block.find(s).unwrap_or_else(|| panic!("`{s}` missing: {block}"));
+    assert!(at("preload") < at("wait_prior_grids"), "{block}");
+    assert!(at("wait_prior_grids") < at("launch_dependents") && at("launch_dependents") < at("from_abi"), "{block}");
 }
 
 #[test]
