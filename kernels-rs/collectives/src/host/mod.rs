@@ -91,8 +91,6 @@ pub enum ExchangeTransport {
 
 /// Element types the reducing collectives support: `f32`, `f16`, `bf16`.
 pub trait Reducible: Element {
-    /// The LL one-shot all-reduce kernel of this type.
-    fn ll_kernel() -> &'static Kernel;
     /// The two-shot kernel (all-reduce, reduce-scatter) of this type.
     fn two_shot_kernel() -> &'static Kernel;
 
@@ -124,9 +122,6 @@ pub trait Reducible: Element {
 macro_rules! reducible {
     ($($t:ty => $ll:ident, $one:ident, $two:ident);* $(;)?) => { $(
         impl Reducible for $t {
-            fn ll_kernel() -> &'static Kernel {
-                &all_reduce_ll::$ll::KERNEL
-            }
             fn two_shot_kernel() -> &'static Kernel {
                 &two_shot::$two::KERNEL
             }
