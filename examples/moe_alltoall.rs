@@ -39,12 +39,7 @@ fn run(args: &Args) -> Result<(), ExampleError> {
     let team = open_team()?;
     print!("{}", Platform::of(&team));
     let mut comm = Communicator::new(&team)?;
-    let defaults = GraphRuns::for_team(&team);
-    let runs = GraphRuns {
-        ops_per_graph: args.ops_per_graph.unwrap_or(defaults.ops_per_graph),
-        warmup: defaults.warmup,
-        replays: args.replays.unwrap_or(defaults.replays),
-    };
+    let runs = GraphRuns::for_team_with(&team, args.ops_per_graph, args.replays);
     let tokens = match (args.tokens.is_empty(), team.backend()) {
         (false, _) => args.tokens.clone(),
         (true, Backend::Cuda) => vec![1, 8, 128],

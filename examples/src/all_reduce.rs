@@ -36,6 +36,17 @@ impl GraphRuns {
             ferrocomm::Backend::Emulator => GraphRuns::EMULATOR,
         }
     }
+
+    /// The defaults for `team`'s backend, with the operations per graph and the timed replays a command
+    /// line gave (the warm-up stays the default).
+    pub fn for_team_with(team: &ferrocomm::Team, ops_per_graph: Option<usize>, replays: Option<usize>) -> GraphRuns {
+        let defaults = GraphRuns::for_team(team);
+        GraphRuns {
+            ops_per_graph: ops_per_graph.unwrap_or(defaults.ops_per_graph),
+            replays: replays.unwrap_or(defaults.replays),
+            ..defaults
+        }
+    }
 }
 
 /// The outcome of [`all_reduce`]: every check passed, and how long one call took.
