@@ -218,9 +218,10 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
     match result {
         Ok((round, _)) => round,
         Err(WarpError::Trapped) => exit_thread(),
-        Err(WarpError::MaskMismatch { round }) => panic!(
-            "warp operation with member mask {mask:#010x} while lanes of mask {round:#010x} wait in another one: \
-             every lane of a mask must make the same warp-synchronous call (undefined on the GPU)"
+        Err(WarpError::MaskMismatch { lane: other_lane, other }) => panic!(
+            "warp operation with member mask {mask:#010x} can never complete: lane {other_lane}, named in it, \
+             made a warp-synchronous call with member mask {other:#010x} instead; every lane of a mask must \
+             make the same call with the same mask, or exit before any other (undefined on the GPU)"
         ),
     }
 }
