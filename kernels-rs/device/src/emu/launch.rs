@@ -11,6 +11,7 @@ use std::thread;
 
 use super::block::{Block, lock};
 use super::check::{self, Checker};
+use super::schedule::Pauses;
 use super::team::Session;
 use super::thread::{self as emu_thread, ThreadState};
 use super::{EmuError, KernelExit, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
@@ -122,6 +123,7 @@ fn unlinear(i: u32, dim: [u32; 3]) -> [u32; 3] {
 /// Runs the kernel as one emulated thread, then tells the block it exited.
 fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
     emu_thread::set_current(Some(state.clone()));
+    state.pauses.at_start();
     let result = panic::catch_unwind(AssertUnwindSafe(kernel));
     if let Err(payload) = result
         && !payload.is::<KernelExit>()
@@ -206,6 +208,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         linear_tid: t,
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
+                        pauses: Pauses::new(launch_ref.session.seed, launch_ref.ctx.rank, b, t),
                         launch: launch_ref,
                         check,
                     });

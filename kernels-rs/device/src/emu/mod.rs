@@ -31,6 +31,7 @@
 mod block;
 pub(crate) mod check;
 mod launch;
+pub mod schedule;
 mod team;
 pub(crate) mod thread;
 mod warp;
@@ -180,6 +181,7 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
 /// The host side of `barrier.sync 0`.
 pub(crate) fn block_sync() {
     let t = thread::current();
+    t.pauses.at_point();
     match t.block.sync(&t.launch, check::deposit(&t)) {
         Ok(joined) => check::leave_barrier(&t, joined),
         Err(Trapped) => {
@@ -209,6 +211,7 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
         mask & (1 << lane) != 0,
         "warp operation with member mask {mask:#010x} called by lane {lane}, which is not in it (undefined on the GPU)"
     );
+    t.pauses.at_point();
     let deposit = if orders_memory { check::deposit(&t) } else { None };
     let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);
     if orders_memory && let Ok((_, joined)) = &result {

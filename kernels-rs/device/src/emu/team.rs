@@ -9,6 +9,7 @@ use super::EmuError;
 use super::block::lock;
 use super::check::{Checker, Geometry};
 use super::launch::{self, check_dims};
+use super::schedule;
 use crate::abi::LaunchCtx;
 
 /// Whether launches are checked unless told otherwise: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off`
@@ -37,6 +38,8 @@ pub(crate) struct Session {
     /// `Some(rank)`: only this rank of a larger team runs here (the others run elsewhere, unseen).
     alone: Option<u32>,
     pub(crate) checker: Option<Checker>,
+    /// The seed of the threads' pauses (see `schedule`).
+    pub(crate) seed: u64,
     ranks: Mutex<Ranks>,
 }
 
@@ -60,7 +63,8 @@ impl Session {
         };
         let slots = if alone.is_some() { 1 } else { world as usize };
         let ranks = Ranks { started: vec![false; slots], trapped: vec![false; slots], finished: 0 };
-        Session { world, grid, block, dynamic_shared_bytes, alone, checker, ranks: Mutex::new(ranks) }
+        let seed = schedule::next_launch_seed();
+        Session { world, grid, block, dynamic_shared_bytes, alone, checker, seed, ranks: Mutex::new(ranks) }
     }
 
     /// The bookkeeping slot of `rank`.

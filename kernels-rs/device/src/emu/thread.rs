@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::block::Block;
 use super::check::ThreadCheck;
 use super::launch::Launch;
+use super::schedule::Pauses;
 
 /// Everything an intrinsic needs to know about the emulated thread running on this host thread.
 #[derive(Debug)]
@@ -30,6 +31,8 @@ pub(crate) struct ThreadState {
     pub(crate) launch: Arc<Launch>,
     /// The checker's state of this thread (`None` when the launch runs unchecked).
     pub(crate) check: Option<RefCell<ThreadCheck>>,
+    /// Where this thread pauses (seeded by its launch).
+    pub(crate) pauses: Pauses,
 }
 
 impl ThreadState {

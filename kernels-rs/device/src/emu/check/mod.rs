@@ -281,6 +281,7 @@ fn with<R>(f: impl FnOnce(&Checker, &ThreadState, &mut ThreadCheck) -> R) -> Opt
 #[inline]
 pub(crate) fn atomic<T: Copy + Into<u64>>(addr: usize, op: AtomicOp, f: impl FnOnce() -> T) -> T {
     let Some(t) = thread::try_current() else { return f() };
+    t.pauses.at_point();
     let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
     let mut tc = cell.borrow_mut();
     let var = checker.syncvar(&mut tc, addr);
