@@ -6,12 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
-use crate::cuda::RankGraph;
-use crate::emu::Recorded;
 use crate::error::Error;
 use crate::launch::LaunchGuard;
 use crate::memory::Allocation;
-use crate::team::{Exec, Team, TeamShared};
+use crate::exec::Captured;
+use crate::team::{Team, TeamShared};
 
 /// Launches captured once and replayed many times (the way latency-critical code calls collectives).
 ///
@@ -38,17 +37,11 @@ use crate::team::{Exec, Team, TeamShared};
 /// ```
 pub struct TeamGraph<'a> {
     team: &'a Team,
-    inner: Inner,
+    inner: Captured,
     /// Kernel launches per replay.
     launches: usize,
     /// The memory the captured launches use, alive as long as the graph.
     _pins: Vec<Arc<Allocation>>,
-}
-
-#[derive(Debug)]
-enum Inner {
-    Cuda(Vec<RankGraph>),
-    Emu(Vec<Recorded>),
 }
 
 /// Ends the capture even if the closure panics, so the streams stay usable.
@@ -58,12 +51,9 @@ struct Scope<'t> {
 }
 
 impl Scope<'_> {
-    fn end(&mut self, keep: bool) -> (Result<Inner, Error>, Vec<Arc<Allocation>>) {
+    fn end(&mut self, keep: bool) -> (Result<Captured, Error>, Vec<Arc<Allocation>>) {
         self.open = false;
-        let inner = match &*self.team.exec {
-            Exec::Cuda(c) => c.end_capture(keep).map(Inner::Cuda),
-            Exec::Emu(e) => Ok(Inner::Emu(e.end_recording())),
-        };
+        let inner = self.team.exec.end_capture(keep);
         let pins = std::mem::take(&mut *self.team.capture_pins.lock().unwrap_or_else(PoisonError::into_inner));
         self.team.capturing.store(false, Ordering::Release);
         (inner, pins)
@@ -88,13 +78,7 @@ impl Team {
         if team.capturing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_err() {
             return Err(Error::Capturing { what: "Team::capture" });
         }
-        let begun = match &*team.exec {
-            Exec::Cuda(c) => c.begin_capture(),
-            Exec::Emu(e) => {
-                e.begin_recording();
-                Ok(())
-            }
-        };
+        let begun = team.exec.begin_capture();
         if let Err(e) = begun {
             team.capturing.store(false, Ordering::Release);
             return Err(e);
@@ -117,11 +101,7 @@ impl<'a> TeamGraph<'a> {
         let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let started = Instant::now();
         team.in_flight.fetch_add(self.launches, Ordering::AcqRel);
-        let replayed = match (&*team.exec, &self.inner) {
-            (Exec::Cuda(c), Inner::Cuda(graphs)) => c.replay(team, graphs),
-            (Exec::Emu(e), Inner::Emu(launches)) => e.replay(team, launches),
-            _ => Err(Error::Unsupported { what: "replaying a graph on another backend", backend: team.backend.name() }),
-        };
+        let replayed = team.exec.replay(team, &self.inner);
         if let Err(e) = replayed {
             team.in_flight.fetch_sub(self.launches, Ordering::AcqRel);
             return Err(e);

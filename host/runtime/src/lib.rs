@@ -31,6 +31,7 @@
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering, [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix |
+//! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
 //! | `cuda` (private) | the CUDA backend: contexts, streams, peer access, module loading, launches, graphs |
 //! | `emu` (private) | the emulator backend: one worker thread per rank playing its stream |
 //!
@@ -40,6 +41,7 @@
 mod cuda;
 mod emu;
 pub mod error;
+mod exec;
 pub mod graph;
 pub mod launch;
 pub mod memory;

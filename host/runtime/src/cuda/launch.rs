@@ -15,7 +15,7 @@ use crate::team::TeamShared;
 impl CudaTeam {
     /// Launches `kernel` on every rank. If a rank fails after others were launched, waits for those before
     /// returning the error (they may use the memory the caller is about to release).
-    pub fn launch(
+    pub fn launch_all(
         &self,
         team: &TeamShared,
         kernel: &'static Kernel,
@@ -122,7 +122,7 @@ impl CudaTeam {
 
     /// The fewest threads per block `kernel` allows over the ranks (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`,
     /// which its register use bounds).
-    pub fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
+    pub fn kernel_thread_limit(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
         let mut fewest = u32::MAX;
         for rank in 0..self.ranks.len() {
             let module = self.module(team, rank, kernel.module)?;
@@ -178,7 +178,7 @@ impl CudaTeam {
     }
 
     /// Starts capturing every rank's stream. On failure, the streams already capturing are ended.
-    pub fn begin_capture(&self) -> Result<(), Error> {
+    pub fn begin_stream_capture(&self) -> Result<(), Error> {
         for rank in 0..self.ranks.len() {
             let r = self.bind(rank)?;
             // Relaxed: module loads and synchronous copies of other threads stay legal during the capture.
@@ -205,7 +205,7 @@ impl CudaTeam {
 
     /// Ends every rank's capture and instantiates each rank's graph. Every stream's capture is ended even
     /// when one fails, so the streams are usable again.
-    pub fn end_capture(&self, keep: bool) -> Result<Vec<RankGraph>, Error> {
+    pub fn end_stream_capture(&self, keep: bool) -> Result<Vec<RankGraph>, Error> {
         let mut graphs = Vec::with_capacity(self.ranks.len());
         let mut failure = None;
         for rank in 0..self.ranks.len() {
@@ -238,7 +238,7 @@ impl CudaTeam {
     }
 
     /// Launches each rank's graph on its stream.
-    pub fn replay(&self, team: &TeamShared, graphs: &[RankGraph]) -> Result<(), Error> {
+    pub fn launch_graphs(&self, team: &TeamShared, graphs: &[RankGraph]) -> Result<(), Error> {
         for (rank, graph) in graphs.iter().enumerate() {
             let r = self.bind(rank)?;
             // SAFETY: `graph.exec` was instantiated in this rank's context; the stream belongs to it.

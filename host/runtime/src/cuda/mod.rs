@@ -4,6 +4,8 @@
 mod launch;
 mod module;
 mod peer;
+#[allow(dead_code)] // used once teams span processes
+mod vmm;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -16,9 +18,11 @@ pub(crate) use launch::RankGraph;
 pub(crate) use module::LoadedModule;
 
 use crate::error::{Error, cuda};
+use crate::exec::{Captured, Exec};
+use crate::launch::{Kernel, LaunchConfig, ParamPack};
 use crate::memory::ERROR_BUFFER_BYTES;
 use crate::system;
-use crate::team::{Device, ErrorSlot};
+use crate::team::{Device, ErrorSlot, TeamShared};
 
 /// One GPU of a team and the limits launches are checked against.
 #[derive(Debug)]
@@ -127,9 +131,11 @@ impl CudaTeam {
     fn sync(&self, rank: usize) -> Result<(), Error> {
         self.ranks[rank].stream.synchronize().map_err(cuda("cuStreamSynchronize", self.on(rank)))
     }
+}
 
+impl Exec for CudaTeam {
     /// `bytes` zeroed bytes of device memory on `rank`'s GPU (256-byte aligned, as cuMemAlloc returns).
-    pub fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
+    fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
         self.bind(rank)?;
         let on = self.on(rank);
         // SAFETY: the rank's context is current; the memory is zeroed below before anyone reads it.
@@ -147,14 +153,14 @@ impl CudaTeam {
     }
 
     /// Frees an allocation of [`CudaTeam::alloc`]; no kernel may use it any more.
-    pub fn free(&self, rank: usize, addr: u64) -> Result<(), Error> {
+    unsafe fn free(&self, rank: usize, addr: u64, _bytes: usize) -> Result<(), Error> {
         self.bind(rank)?;
         // SAFETY: `addr` came from `alloc` on this rank's context and the caller settled the team.
         unsafe { result::free_sync(addr) }.map_err(cuda("cuMemFree", self.on(rank)))
     }
 
     /// Copies host bytes to `dst` through the rank's stream and waits for the copy.
-    pub fn write(&self, rank: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
+    unsafe fn write(&self, rank: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
         if src.is_empty() {
             return Ok(());
         }
@@ -167,7 +173,7 @@ impl CudaTeam {
     }
 
     /// Copies device bytes at `src` into `dst` through the rank's stream and waits for the copy.
-    pub fn read(&self, rank: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
+    unsafe fn read(&self, rank: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
         if dst.is_empty() {
             return Ok(());
         }
@@ -179,7 +185,7 @@ impl CudaTeam {
     }
 
     /// Sets `len` bytes at `dst` to `byte` and waits.
-    pub fn memset(&self, rank: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+    unsafe fn memset(&self, rank: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
         if len == 0 {
             return Ok(());
         }
@@ -191,7 +197,7 @@ impl CudaTeam {
     }
 
     /// Whether everything queued on the rank's stream has finished (never blocks).
-    pub fn idle(&self, rank: usize) -> Result<bool, Error> {
+    fn idle(&self, rank: usize) -> Result<bool, Error> {
         self.bind(rank)?;
         // SAFETY: the stream is alive (owned by this rank) and its context is current.
         match unsafe { sys::cuStreamQuery(self.stream(rank)) } {
@@ -202,7 +208,7 @@ impl CudaTeam {
     }
 
     /// A rank's error buffer: pinned host memory mapped into every context, zeroed.
-    pub fn alloc_error_buffer(&self, rank: usize) -> Result<ErrorSlot, Error> {
+    fn alloc_error_buffer(&self, rank: usize) -> Result<ErrorSlot, Error> {
         self.bind(rank)?;
         let on = self.on(rank);
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -222,9 +228,36 @@ impl CudaTeam {
     }
 
     /// Frees an error buffer of [`CudaTeam::alloc_error_buffer`].
-    pub fn free_error_buffer(&self, slot: ErrorSlot) -> Result<(), Error> {
+    unsafe fn free_error_buffer(&self, slot: ErrorSlot) -> Result<(), Error> {
         self.bind(0)?;
         // SAFETY: allocated by `alloc_error_buffer` and no kernel of the team runs.
         unsafe { result::free_host(slot.host.cast::<c_void>()) }.map_err(cuda("cuMemFreeHost", self.on(0)))
+    }
+
+    fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
+        self.kernel_thread_limit(team, kernel)
+    }
+
+    fn launch(
+        &self,
+        team: &TeamShared,
+        kernel: &'static Kernel,
+        cfg: LaunchConfig,
+        packs: Vec<ParamPack>,
+        capturing: bool,
+    ) -> Result<(), Error> {
+        self.launch_all(team, kernel, &cfg, &packs, capturing)
+    }
+
+    fn begin_capture(&self) -> Result<(), Error> {
+        self.begin_stream_capture()
+    }
+
+    fn end_capture(&self, keep: bool) -> Result<Captured, Error> {
+        self.end_stream_capture(keep).map(Captured::new)
+    }
+
+    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error> {
+        self.launch_graphs(team, captured.get::<Vec<RankGraph>>(team)?)
     }
 }

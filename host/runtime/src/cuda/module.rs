@@ -82,7 +82,8 @@ impl CudaTeam {
             functions: Mutex::new(HashMap::new()),
         });
         tracing::debug!(module = module.name(), rank, cc, ms = started.elapsed().as_millis() as u64, "module loaded");
-        let ctx = team.launch_ctx(rank);
+        // `rank` numbers this backend's ranks; the context names the team rank it runs.
+        let ctx = team.launch_ctx(team.local[rank]);
         let symbol = CString::new(LAUNCH_CTX_SYMBOL).expect("no NUL");
         // SAFETY: the module is loaded in the current context.
         match unsafe { result::module::get_global(handle, symbol) } {

@@ -14,6 +14,7 @@ use std::thread::JoinHandle;
 use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch};
 
 use crate::error::Error;
+use crate::exec::{Captured, Exec};
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
 use crate::memory::{ALIGN, ERROR_BUFFER_BYTES};
 use crate::team::{ErrorSlot, TeamShared};
@@ -23,6 +24,8 @@ type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
 /// One emulated stream.
 #[derive(Debug)]
 struct EmuRank {
+    /// The team rank this stream plays.
+    rank: usize,
     tx: Option<Sender<Job>>,
     submitted: AtomicU64,
     done: Arc<AtomicU64>,
@@ -62,10 +65,12 @@ impl Pointers {
 }
 
 impl EmuTeam {
-    /// Starts one worker thread per rank; `checker` overrides whether the emulator's checker runs.
-    pub fn new(world: usize, checker: Option<bool>) -> Result<EmuTeam, Error> {
-        let ranks = (0..world)
-            .map(|rank| {
+    /// Starts one worker thread for each of `ranks` (the team's local ranks); `checker` overrides whether the
+    /// emulator's checker runs.
+    pub fn new(ranks: &[usize], checker: Option<bool>) -> Result<EmuTeam, Error> {
+        let ranks = ranks
+            .iter()
+            .map(|&rank| {
                 let (tx, rx) = mpsc::channel::<Job>();
                 let done = Arc::new(AtomicU64::new(0));
                 let failure = Arc::new(Mutex::new(None));
@@ -85,87 +90,19 @@ impl EmuTeam {
                         }
                     })
                     .map_err(|e| Error::Emulator { rank, reason: format!("could not start its worker thread: {e}") })?;
-                Ok(EmuRank { tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
+                Ok(EmuRank { rank, tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(EmuTeam { ranks, recording: Mutex::new(None), checker })
     }
 
-    /// `bytes` zeroed bytes of host memory aligned to [`ALIGN`]; `bytes` is a non-zero multiple of it.
-    pub fn alloc(&self, bytes: usize) -> Result<u64, Error> {
-        alloc_zeroed(bytes)
-    }
-
-    /// Frees memory of [`EmuTeam::alloc`].
-    ///
-    /// # Safety
-    ///
-    /// `addr` came from `alloc(bytes)`, is freed once, and no kernel or host copy uses it any more.
-    pub unsafe fn free(addr: u64, bytes: usize) -> Result<(), Error> {
-        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).expect("checked when allocated");
-        // SAFETY: per the contract, allocated with this layout and unused.
-        unsafe { alloc::dealloc(addr as usize as *mut u8, layout) };
-        Ok(())
-    }
-
-    /// Copies `src` to `dst`.
-    ///
-    /// # Safety
-    ///
-    /// `dst..dst + src.len()` lies in a live allocation and no kernel accesses it during the copy.
-    pub unsafe fn write(dst: u64, src: &[u8]) -> Result<(), Error> {
-        // SAFETY: per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as usize as *mut u8, src.len()) };
-        Ok(())
-    }
-
-    /// Copies from `src` into `dst`.
-    ///
-    /// # Safety
-    ///
-    /// `src..src + dst.len()` lies in a live allocation and no kernel writes it during the copy.
-    pub unsafe fn read(src: u64, dst: &mut [u8]) -> Result<(), Error> {
-        // SAFETY: per the contract.
-        unsafe { std::ptr::copy_nonoverlapping(src as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-
-    /// Sets `len` bytes at `dst` to `byte`.
-    ///
-    /// # Safety
-    ///
-    /// As for [`EmuTeam::write`].
-    pub unsafe fn memset(dst: u64, byte: u8, len: usize) -> Result<(), Error> {
-        // SAFETY: per the contract.
-        unsafe { std::ptr::write_bytes(dst as usize as *mut u8, byte, len) };
-        Ok(())
-    }
-
-    /// A zeroed error buffer; the emulator's kernels write it at its host address.
-    pub fn alloc_error_buffer() -> Result<ErrorSlot, Error> {
-        let addr = alloc_zeroed(ERROR_BUFFER_BYTES)?;
-        Ok(ErrorSlot { host: addr as usize as *mut _, device: addr })
-    }
-
-    /// Whether the rank's worker has run everything submitted; a failed job is reported once it has.
-    pub fn idle(&self, rank: usize) -> Result<bool, Error> {
-        let r = &self.ranks[rank];
-        if r.done.load(Ordering::Acquire) < r.submitted.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        match r.failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            Some(reason) => Err(Error::Emulator { rank, reason }),
-            None => Ok(true),
-        }
-    }
-
-    fn submit(&self, rank: usize, job: Job) -> Result<(), Error> {
-        let r = &self.ranks[rank];
+    fn submit(&self, slot: usize, job: Job) -> Result<(), Error> {
+        let r = &self.ranks[slot];
         r.submitted.fetch_add(1, Ordering::AcqRel);
         let sent = r.tx.as_ref().map(|tx| tx.send(job).is_ok()).unwrap_or(false);
         if !sent {
             r.done.fetch_add(1, Ordering::Release);
-            return Err(Error::Emulator { rank, reason: "its worker thread has exited".into() });
+            return Err(Error::Emulator { rank: r.rank, reason: "its worker thread has exited".into() });
         }
         Ok(())
     }
@@ -194,7 +131,7 @@ impl EmuTeam {
     }
 
     /// Queues the kernel on every rank's worker (or records it during capture).
-    pub fn launch(
+    fn queue(
         &self,
         team: &TeamShared,
         kernel: &'static Kernel,
@@ -206,19 +143,23 @@ impl EmuTeam {
             recording.push(Recorded { kernel, cfg, packs });
             return Ok(());
         }
-        let world = packs.len() as u32;
-        let shared_bytes = cfg.shared_bytes as usize;
-        let team_launch = match self.checker {
-            Some(on) => TeamLaunch::with_checker(world, cfg.grid, cfg.block, shared_bytes, on),
-            None => TeamLaunch::new(world, cfg.grid, cfg.block, shared_bytes),
-        };
-        for (rank, pack) in packs.into_iter().enumerate() {
+        let (world, shared_bytes) = (team.world as u32, cfg.shared_bytes as usize);
+        let checked = self.checker.unwrap_or_else(TeamLaunch::checked_by_default);
+        // A team whose ranks all live here is one team launch, so the checker sees every rank; a rank whose
+        // peers run in other processes is checked on its own.
+        let whole = (team.local.len() == team.world)
+            .then(|| TeamLaunch::with_checker(world, cfg.grid, cfg.block, shared_bytes, checked));
+        for (slot, pack) in packs.into_iter().enumerate() {
+            let rank = team.local[slot];
             let ctx = team.launch_ctx(rank);
-            let team_launch = team_launch.clone();
+            let team_launch = match &whole {
+                Some(all) => all.clone(),
+                None => TeamLaunch::one_rank(world, rank as u32, cfg.grid, cfg.block, shared_bytes, checked),
+            };
             let emulate = kernel.emulate;
             let name = kernel.name;
             let submitted = self.submit(
-                rank,
+                slot,
                 Box::new(move || {
                     let pointers = Pointers(pack.pointers().into_iter().map(|p| p.cast_const()).collect());
                     let body = || {
@@ -235,7 +176,7 @@ impl EmuTeam {
             );
             if let Err(e) = submitted {
                 // Ranks already queued may use the memory: let them finish before the borrows end.
-                if rank > 0 {
+                if slot > 0 {
                     let _ = team.wait_idle(std::time::Instant::now());
                 }
                 return Err(e);
@@ -243,20 +184,87 @@ impl EmuTeam {
         }
         Ok(())
     }
+}
 
-    /// Starts recording launches instead of running them.
-    pub fn begin_recording(&self) {
+impl Exec for EmuTeam {
+    fn alloc(&self, _slot: usize, bytes: usize) -> Result<u64, Error> {
+        alloc_zeroed(bytes)
+    }
+
+    unsafe fn free(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
+        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).expect("checked when allocated");
+        // SAFETY: per the contract, allocated with this layout and unused.
+        unsafe { alloc::dealloc(addr as usize as *mut u8, layout) };
+        Ok(())
+    }
+
+    unsafe fn write(&self, _slot: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
+        // SAFETY: per the contract, the range lies in a live allocation no kernel uses meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as usize as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    unsafe fn read(&self, _slot: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
+        // SAFETY: as for `write`.
+        unsafe { std::ptr::copy_nonoverlapping(src as usize as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    unsafe fn memset(&self, _slot: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+        // SAFETY: as for `write`.
+        unsafe { std::ptr::write_bytes(dst as usize as *mut u8, byte, len) };
+        Ok(())
+    }
+
+    fn idle(&self, slot: usize) -> Result<bool, Error> {
+        let r = &self.ranks[slot];
+        if r.done.load(Ordering::Acquire) < r.submitted.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        match r.failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Some(reason) => Err(Error::Emulator { rank: r.rank, reason }),
+            None => Ok(true),
+        }
+    }
+
+    fn alloc_error_buffer(&self, _slot: usize) -> Result<ErrorSlot, Error> {
+        let addr = alloc_zeroed(ERROR_BUFFER_BYTES)?;
+        Ok(ErrorSlot { host: addr as usize as *mut _, device: addr })
+    }
+
+    unsafe fn free_error_buffer(&self, errors: ErrorSlot) -> Result<(), Error> {
+        // SAFETY: allocated by `alloc_error_buffer` with this size; per the contract no kernel runs.
+        unsafe { self.free(0, errors.device, ERROR_BUFFER_BYTES) }
+    }
+
+    fn max_threads_per_block(&self, _team: &TeamShared, _kernel: &'static Kernel) -> Result<u32, Error> {
+        Ok(MAX_BLOCK_THREADS)
+    }
+
+    fn launch(
+        &self,
+        team: &TeamShared,
+        kernel: &'static Kernel,
+        cfg: LaunchConfig,
+        packs: Vec<ParamPack>,
+        _capturing: bool,
+    ) -> Result<(), Error> {
+        self.queue(team, kernel, cfg, packs.into_iter().map(Arc::new).collect())
+    }
+
+    fn begin_capture(&self) -> Result<(), Error> {
         *self.recording.lock().unwrap_or_else(PoisonError::into_inner) = Some(Vec::new());
+        Ok(())
     }
 
-    /// Stops recording and returns what was recorded.
-    pub fn end_recording(&self) -> Vec<Recorded> {
-        self.recording.lock().unwrap_or_else(PoisonError::into_inner).take().unwrap_or_default()
+    fn end_capture(&self, _keep: bool) -> Result<Captured, Error> {
+        let launches = self.recording.lock().unwrap_or_else(PoisonError::into_inner).take().unwrap_or_default();
+        Ok(Captured::new(launches))
     }
 
-    /// Queues recorded launches again, in order.
-    pub fn replay(&self, team: &TeamShared, launches: &[Recorded]) -> Result<(), Error> {
-        launches.iter().try_for_each(|r| self.launch(team, r.kernel, r.cfg, r.packs.clone()))
+    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error> {
+        let launches = captured.get::<Vec<Recorded>>(team)?;
+        launches.iter().try_for_each(|r| self.queue(team, r.kernel, r.cfg, r.packs.clone()))
     }
 }
 

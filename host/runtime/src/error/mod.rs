@@ -84,6 +84,17 @@ pub enum Error {
         /// The team's size.
         world: usize,
     },
+    /// A rank of a team that spans processes, used from a process that does not run it.
+    #[error(
+        "rank {rank} runs in another process (this one runs rank(s) {local:?}); read, write and launch only \
+         this process's ranks"
+    )]
+    NotLocal {
+        /// The rank given.
+        rank: usize,
+        /// The ranks this process runs.
+        local: Vec<usize>,
+    },
     /// A buffer used on a rank whose device does not hold it.
     #[error(
         "the buffer for rank {rank} lives on {buffer} but rank {rank} runs on {team}; allocate buffers with the \

@@ -7,7 +7,7 @@ mod param;
 
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::PoisonError;
 use std::time::Instant;
 
 pub(crate) use decode::short_type_name;
@@ -16,7 +16,7 @@ pub use param::{LaunchParam, ParamPack};
 
 use crate::error::Error;
 use crate::module::KernelModule;
-use crate::team::{Exec, RankRef, Team};
+use crate::team::{RankRef, Team};
 
 /// Grid, block and dynamic shared memory of a launch (the same on every rank).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,10 +117,7 @@ impl Team {
     /// registers (or its PTX) allow fewer. Grid sizing uses it to stay launchable whatever the tuning asks.
     pub fn max_threads_per_block(&self, kernel: &'static Kernel) -> Result<u32, Error> {
         let team = &*self.shared;
-        match &*team.exec {
-            Exec::Cuda(c) => c.max_threads_per_block(team, kernel),
-            Exec::Emu(_) => Ok(1024),
-        }
+        team.exec.max_threads_per_block(team, kernel)
     }
 
     /// Launches `kernel` on every rank at once, with the parameters `params` lowers for each rank; the
@@ -149,16 +146,13 @@ impl Team {
         let team = &*self.shared;
         team.check_usable()?;
         cfg.validate(kernel.name)?;
-        let packs = self.ranks().map(|rank| params(&rank)).collect::<Result<Vec<_>, _>>()?;
+        let packs = team.local.iter().map(|&rank| params(&RankRef { team, rank })).collect::<Result<Vec<_>, _>>()?;
         let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let capturing = team.capturing.load(Ordering::Acquire);
         if !capturing {
             team.in_flight.fetch_add(1, Ordering::AcqRel);
         }
-        let launched = match &*team.exec {
-            Exec::Cuda(c) => c.launch(team, kernel, &cfg, &packs, capturing),
-            Exec::Emu(e) => e.launch(team, kernel, cfg, packs.into_iter().map(Arc::new).collect()),
-        };
+        let launched = team.exec.launch(team, kernel, cfg, packs, capturing);
         match launched {
             Ok(()) if capturing => {
                 team.captured_launches.fetch_add(1, Ordering::AcqRel);

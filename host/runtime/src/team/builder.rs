@@ -1,15 +1,14 @@
 //! Choosing a team: backend (explicit, `FERROCOMM_BACKEND`, or auto), GPUs, ranks per GPU, timeout.
 
-use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::shared::{Exec, TeamShared};
+use super::shared::TeamShared;
 use super::{Backend, Device, Team};
 use crate::cuda::CudaTeam;
 use crate::emu::EmuTeam;
 use crate::error::Error;
+use crate::exec::Exec;
 use crate::system;
 
 /// Chooses the backend: `cuda`, `emulator` or `auto` (the default).
@@ -292,11 +291,10 @@ fn layout(
     Ok((gpus, k))
 }
 
-static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
-
 fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
     let world = plan.devices.len();
-    let exec = match plan.backend {
+    let local: Vec<usize> = (0..world).collect();
+    let exec: Box<dyn Exec> = match plan.backend {
         Backend::Cuda => {
             let rank_gpu: Vec<usize> = plan
                 .devices
@@ -306,34 +304,11 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
                     Device::Emulated { gpu } => *gpu,
                 })
                 .collect();
-            Exec::Cuda(CudaTeam::new(&plan.gpus, &rank_gpu, plan.programmatic_launch)?)
+            Box::new(CudaTeam::new(&plan.gpus, &rank_gpu, plan.programmatic_launch)?)
         }
-        Backend::Emulator => Exec::Emu(EmuTeam::new(world, emulator_checker)?),
+        Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker)?),
     };
-    let mut shared = TeamShared {
-        id: NEXT_TEAM_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        backend: plan.backend,
-        world,
-        timeout: plan.timeout,
-        devices: plan.devices,
-        error_buffers: Vec::with_capacity(world),
-        poisoned: AtomicBool::new(false),
-        capturing: AtomicBool::new(false),
-        in_flight: AtomicUsize::new(0),
-        captured_launches: AtomicUsize::new(0),
-        launch_lock: Mutex::new(()),
-        capture_pins: Mutex::new(Vec::new()),
-        pads: Mutex::new(Vec::new()),
-        buffers: Mutex::new(Vec::new()),
-        exec: ManuallyDrop::new(exec),
-    };
-    for rank in 0..world {
-        let slot = match &*shared.exec {
-            Exec::Cuda(c) => c.alloc_error_buffer(rank)?,
-            Exec::Emu(_) => EmuTeam::alloc_error_buffer()?,
-        };
-        shared.error_buffers.push(slot);
-    }
+    let shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec)?;
     Ok(Team { shared: Arc::new(shared) })
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use builder::{BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, TIMEOUT_ENV, TeamBuilder, WORLD_ENV};
-pub(crate) use shared::{BufferEntry, ErrorSlot, Exec, PadEntry, TeamShared};
+pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, TeamShared};
 
 use crate::error::Error;
 

@@ -2,27 +2,19 @@
 //! watchdog, and the registries that turn an address back into a pad or buffer name (`launch::decode`).
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
 
 use super::{Backend, Device};
-use crate::cuda::CudaTeam;
-use crate::emu::EmuTeam;
 use crate::error::{DeviceError, DeviceErrors, Error};
+use crate::exec::Exec;
 use crate::memory::Allocation;
 
 /// Slack the host watchdog gives a launch beyond the device timeout before it declares the stream stuck.
 pub(crate) const HOST_GRACE: Duration = Duration::from_secs(1);
-
-/// The backend-specific half of a team.
-#[derive(Debug)]
-pub(crate) enum Exec {
-    Cuda(CudaTeam),
-    Emu(EmuTeam),
-}
 
 /// A rank's error buffer: host memory, and the address kernels write it at.
 #[derive(Debug, Clone, Copy)]
@@ -64,11 +56,14 @@ pub(crate) struct TeamShared {
     pub id: u64,
     pub backend: Backend,
     pub world: usize,
+    /// The ranks this process runs, in the order the backend numbers them (every rank, unless the team
+    /// spans processes).
+    pub local: Vec<usize>,
     pub timeout: Duration,
-    /// Per rank.
+    /// Per rank of the team.
     pub devices: Vec<Device>,
-    /// Per rank: its [`ErrorBuffer`], in host memory the device writes through a mapping (so a record
-    /// survives even a trap that kills the CUDA context).
+    /// Per local rank: its [`ErrorBuffer`], in host memory the device writes through a mapping (so a
+    /// record survives even a trap that kills the CUDA context).
     pub error_buffers: Vec<ErrorSlot>,
     /// Set by a host timeout: from then on memory is leaked rather than freed under a running kernel.
     pub poisoned: AtomicBool,
@@ -85,12 +80,60 @@ pub(crate) struct TeamShared {
     pub pads: Mutex<Vec<PadEntry>>,
     pub buffers: Mutex<Vec<BufferEntry>>,
     /// Dropped only when no kernel can still run (see `Drop`).
-    pub exec: ManuallyDrop<Exec>,
+    pub exec: ManuallyDrop<Box<dyn Exec>>,
 }
 
 impl TeamShared {
+    /// The core of a team of `world` ranks, `local` of which run here on `exec`; allocates their error
+    /// buffers.
+    pub fn new(
+        backend: Backend,
+        world: usize,
+        local: Vec<usize>,
+        timeout: Duration,
+        devices: Vec<Device>,
+        exec: Box<dyn Exec>,
+    ) -> Result<TeamShared, Error> {
+        static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
+        let mut shared = TeamShared {
+            id: NEXT_TEAM_ID.fetch_add(1, Ordering::Relaxed),
+            backend,
+            world,
+            local,
+            timeout,
+            devices,
+            error_buffers: Vec::new(),
+            poisoned: AtomicBool::new(false),
+            capturing: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            captured_launches: AtomicUsize::new(0),
+            launch_lock: Mutex::new(()),
+            capture_pins: Mutex::new(Vec::new()),
+            pads: Mutex::new(Vec::new()),
+            buffers: Mutex::new(Vec::new()),
+            exec: ManuallyDrop::new(exec),
+        };
+        for slot in 0..shared.local.len() {
+            // On an error, dropping `shared` frees the buffers made so far.
+            let errors = shared.exec.alloc_error_buffer(slot)?;
+            shared.error_buffers.push(errors);
+        }
+        Ok(shared)
+    }
+
     pub fn check_rank(&self, rank: usize) -> Result<(), Error> {
         if rank < self.world { Ok(()) } else { Err(Error::RankOutOfRange { rank, world: self.world }) }
+    }
+
+    /// The backend's number for `rank`, which must run in this process.
+    pub fn slot(&self, rank: usize) -> Result<usize, Error> {
+        self.check_rank(rank)?;
+        self.local.iter().position(|&r| r == rank).ok_or_else(|| Error::NotLocal { rank, local: self.local.clone() })
+    }
+
+    /// Whether this process runs `rank`.
+    pub fn is_local(&self, rank: usize) -> bool {
+        self.local.contains(&rank)
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -122,7 +165,8 @@ impl TeamShared {
             rank: rank as u32,
             world: self.world as u32,
             timeout_ns: self.timeout.as_nanos().min(u64::MAX as u128) as u64,
-            errors: self.error_buffers[rank].device as usize as *mut ErrorBuffer,
+            errors: self.error_buffers[self.slot(rank).expect("launched on a local rank")].device as usize
+                as *mut ErrorBuffer,
         }
     }
 
@@ -144,7 +188,7 @@ impl TeamShared {
         self.check_usable()?;
         let queued = self.in_flight.load(Ordering::Acquire).max(1) as u32;
         let deadline = started + self.timeout.saturating_mul(queued) + HOST_GRACE;
-        let mut pending: Vec<usize> = (0..self.world).collect();
+        let mut pending: Vec<usize> = self.local.clone();
         let mut failure: Option<Error> = None;
         let mut polls = 0u32;
         loop {
@@ -184,17 +228,14 @@ impl TeamShared {
     }
 
     fn idle(&self, rank: usize) -> Result<bool, Error> {
-        match &*self.exec {
-            Exec::Cuda(c) => c.idle(rank),
-            Exec::Emu(e) => e.idle(rank),
-        }
+        self.exec.idle(self.slot(rank)?)
     }
 
     /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`].
     pub fn take_device_errors(&self) -> Result<(), Error> {
         let mut all = Vec::new();
         let mut lost = 0u64;
-        for rank in 0..self.world {
+        for &rank in &self.local {
             let (records, dropped) = self.take_rank_errors(rank)?;
             all.extend(records);
             lost += dropped;
@@ -206,7 +247,7 @@ impl TeamShared {
     }
 
     fn take_rank_errors(&self, rank: usize) -> Result<(Vec<DeviceError>, u64), Error> {
-        let host = self.error_buffers[rank].host;
+        let host = self.error_buffers[self.slot(rank)?].host;
         // SAFETY: `host` is this rank's live error buffer and no kernel of the team runs (the caller waited),
         // so nothing writes it concurrently; volatile because the device wrote it behind the compiler's back.
         let count = unsafe { std::ptr::read_volatile(&raw const (*host).count) };
@@ -222,12 +263,9 @@ impl TeamShared {
         Ok((records, lost))
     }
 
-    /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`.
+    /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`, which runs here.
     pub fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
-        match &*self.exec {
-            Exec::Cuda(c) => c.alloc(rank, bytes),
-            Exec::Emu(e) => e.alloc(bytes),
-        }
+        self.exec.alloc(self.slot(rank)?, bytes)
     }
 
     /// Frees an allocation of [`TeamShared::alloc`]; leaks it if the team is poisoned (a kernel may still run).
@@ -235,41 +273,29 @@ impl TeamShared {
         if self.is_poisoned() {
             return;
         }
-        let freed = match &*self.exec {
-            Exec::Cuda(c) => c.free(rank, addr),
-            // SAFETY: `addr` came from `alloc` with `bytes`, and no kernel runs (not poisoned, settled).
-            Exec::Emu(_) => unsafe { EmuTeam::free(addr, bytes) },
-        };
+        // SAFETY: `addr` came from `alloc(rank, bytes)`, and no kernel runs (not poisoned, settled).
+        let freed = self.slot(rank).and_then(|slot| unsafe { self.exec.free(slot, addr, bytes) });
         if let Err(e) = freed {
             tracing::error!("freeing device memory of rank {rank}: {e}");
         }
     }
 
-    /// Copies `src` to device address `dst` of `rank`; the caller checked the range.
+    /// Copies `src` to device address `dst` of `rank`; the caller checked the range and settled the team.
     pub fn write(&self, rank: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
-        match &*self.exec {
-            Exec::Cuda(c) => c.write(rank, dst, src),
-            // SAFETY: the caller checked `dst..dst+len` lies in one allocation of this team, and settled.
-            Exec::Emu(_) => unsafe { EmuTeam::write(dst, src) },
-        }
+        // SAFETY: the caller checked `dst..dst+len` lies in one allocation of this team, and settled.
+        unsafe { self.exec.write(self.slot(rank)?, dst, src) }
     }
 
-    /// Copies from device address `src` of `rank` into `dst`; the caller checked the range.
+    /// Copies from device address `src` of `rank` into `dst`; the caller checked the range and settled.
     pub fn read(&self, rank: usize, src: u64, dst: &mut [u8]) -> Result<(), Error> {
-        match &*self.exec {
-            Exec::Cuda(c) => c.read(rank, src, dst),
-            // SAFETY: as for `write`.
-            Exec::Emu(_) => unsafe { EmuTeam::read(src, dst) },
-        }
+        // SAFETY: as for `write`.
+        unsafe { self.exec.read(self.slot(rank)?, src, dst) }
     }
 
-    /// Sets `len` bytes at `dst` of `rank` to `byte`; the caller checked the range.
+    /// Sets `len` bytes at `dst` of `rank` to `byte`; the caller checked the range and settled.
     pub fn memset(&self, rank: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
-        match &*self.exec {
-            Exec::Cuda(c) => c.memset(rank, dst, byte, len),
-            // SAFETY: as for `write`.
-            Exec::Emu(_) => unsafe { EmuTeam::memset(dst, byte, len) },
-        }
+        // SAFETY: as for `write`.
+        unsafe { self.exec.memset(self.slot(rank)?, dst, byte, len) }
     }
 }
 
@@ -280,11 +306,8 @@ impl Drop for TeamShared {
             return;
         }
         for slot in &self.error_buffers {
-            let freed = match &*self.exec {
-                Exec::Cuda(c) => c.free_error_buffer(*slot),
-                // SAFETY: allocated by `EmuTeam::alloc_error_buffer`; no kernel runs.
-                Exec::Emu(_) => unsafe { EmuTeam::free(slot.device, crate::memory::ERROR_BUFFER_BYTES) },
-            };
+            // SAFETY: allocated by the backend's `alloc_error_buffer`, freed once; no kernel runs.
+            let freed = unsafe { self.exec.free_error_buffer(*slot) };
             if let Err(e) = freed {
                 tracing::error!("freeing an error buffer: {e}");
             }

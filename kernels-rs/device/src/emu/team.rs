@@ -14,7 +14,7 @@ use crate::abi::LaunchCtx;
 
 /// Whether launches are checked unless told otherwise: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off`
 /// or `false`.
-fn checked_by_default() -> bool {
+pub(crate) fn checked_by_default() -> bool {
     static CHECKED: OnceLock<bool> = OnceLock::new();
     *CHECKED.get_or_init(|| {
         !matches!(std::env::var("FERROCOMM_EMU_CHECK").as_deref().map(str::trim), Ok("0" | "off" | "false"))
@@ -155,6 +155,27 @@ impl TeamLaunch {
         checked: bool,
     ) -> TeamLaunch {
         TeamLaunch { session: Arc::new(Session::new(world, grid, block, dynamic_shared_bytes, None, checked)) }
+    }
+
+    /// One rank of a launch whose other ranks run elsewhere (in other processes): only `rank` calls
+    /// [`run_rank`](TeamLaunch::run_rank), and the checker sees it alone (no cross-rank findings).
+    pub fn one_rank(
+        world: u32,
+        rank: u32,
+        grid: [u32; 3],
+        block: [u32; 3],
+        dynamic_shared_bytes: usize,
+        checked: bool,
+    ) -> TeamLaunch {
+        // A team of one is whole.
+        let alone = (world != 1).then_some(rank);
+        TeamLaunch { session: Arc::new(Session::new(world, grid, block, dynamic_shared_bytes, alone, checked)) }
+    }
+
+    /// Whether launches are checked when nobody says: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off` or
+    /// `false`.
+    pub fn checked_by_default() -> bool {
+        checked_by_default()
     }
 
     /// Whether the checker watches this launch.

@@ -1,0 +1,106 @@
+//! The seam between a team's core and what runs its ranks.
+//!
+//! The core (`team`) owns the ranks, their devices, their error slots and the watchdog; an [`Exec`] owns
+//! streams, memory and launches. The in-process CUDA backend (`cuda`) and the emulator (`emu`) implement
+//! it, and so do their cross-process variants. Backends number the ranks they run `0..n`, in the order of
+//! the team's local ranks ([`TeamShared::local`]): in a team of one process that is every rank, in a team
+//! that spans processes it is this process's share.
+
+use std::any::Any;
+use std::fmt;
+
+use crate::error::Error;
+use crate::launch::{Kernel, LaunchConfig, ParamPack};
+use crate::team::{ErrorSlot, TeamShared};
+
+/// What runs a team's local ranks: their memory, their streams, their launches and graphs.
+pub(crate) trait Exec: Send + Sync + fmt::Debug {
+    /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on local rank `slot`.
+    fn alloc(&self, slot: usize, bytes: usize) -> Result<u64, Error>;
+
+    /// Frees an allocation of [`Exec::alloc`].
+    ///
+    /// # Safety
+    ///
+    /// `addr` came from `alloc(slot, bytes)`, is freed once, and no kernel or copy uses it any more.
+    unsafe fn free(&self, slot: usize, addr: u64, bytes: usize) -> Result<(), Error>;
+
+    /// Copies `src` to address `dst` of local rank `slot`.
+    ///
+    /// # Safety
+    ///
+    /// `dst..dst + src.len()` lies in one live allocation of this team, and no kernel accesses it meanwhile.
+    unsafe fn write(&self, slot: usize, dst: u64, src: &[u8]) -> Result<(), Error>;
+
+    /// Copies from address `src` of local rank `slot` into `dst`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Exec::write`], for `src..src + dst.len()`.
+    unsafe fn read(&self, slot: usize, src: u64, dst: &mut [u8]) -> Result<(), Error>;
+
+    /// Sets `len` bytes at `dst` of local rank `slot` to `byte`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Exec::write`].
+    unsafe fn memset(&self, slot: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error>;
+
+    /// Whether local rank `slot` has finished everything queued on it; a failure is reported once it has.
+    fn idle(&self, slot: usize) -> Result<bool, Error>;
+
+    /// A zeroed error buffer for local rank `slot`, in host memory its kernels write through.
+    fn alloc_error_buffer(&self, slot: usize) -> Result<ErrorSlot, Error>;
+
+    /// Frees an error buffer of [`Exec::alloc_error_buffer`].
+    ///
+    /// # Safety
+    ///
+    /// `errors` came from `alloc_error_buffer`, is freed once, and no kernel of the team runs.
+    unsafe fn free_error_buffer(&self, errors: ErrorSlot) -> Result<(), Error>;
+
+    /// The most threads per block `kernel` can be launched with on every local rank.
+    fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error>;
+
+    /// Queues `kernel` on every local rank (`packs` in local order), or records it while `capturing`.
+    fn launch(
+        &self,
+        team: &TeamShared,
+        kernel: &'static Kernel,
+        cfg: LaunchConfig,
+        packs: Vec<ParamPack>,
+        capturing: bool,
+    ) -> Result<(), Error>;
+
+    /// Starts capturing every local rank's launches.
+    fn begin_capture(&self) -> Result<(), Error>;
+
+    /// Ends the capture; `keep`: make it replayable (else discard it).
+    fn end_capture(&self, keep: bool) -> Result<Captured, Error>;
+
+    /// Queues a capture of [`Exec::end_capture`] again on every local rank.
+    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error>;
+}
+
+/// Launches captured by a backend, in the form that backend replays (CUDA graphs, recorded launches).
+pub(crate) struct Captured(Box<dyn Any + Send + Sync>);
+
+impl Captured {
+    pub(crate) fn new<T: Any + Send + Sync>(launches: T) -> Captured {
+        Captured(Box::new(launches))
+    }
+
+    /// The backend's own form, or [`Error::Unsupported`] for a capture made by another backend.
+    pub(crate) fn get<T: Any>(&self, team: &TeamShared) -> Result<&T, Error> {
+        self.0.downcast_ref::<T>().ok_or(Error::Unsupported {
+            what: "replaying a graph captured by another backend",
+            backend: team.backend.name(),
+        })
+    }
+}
+
+impl fmt::Debug for Captured {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Captured")
+    }
+}
