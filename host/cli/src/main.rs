@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use ferrocomm_cli::doctor;
+use ferrocomm_cli::{doctor, launch};
 
 /// ferrocomm: GPU-initiated communication kernels in Rust.
 #[derive(Debug, Parser)]
@@ -21,6 +21,8 @@ enum Command {
     Doctor,
     /// Measures gpu / proxy / cpu / nccl modes over sizes: tables, JSON, CSV, SVG plots, a report folder.
     Bench(Box<ferrocomm_bench::cli::BenchArgs>),
+    /// Starts N processes of a program with torchrun's environment (RANK, WORLD_SIZE, ...), without torch.
+    Launch(launch::LaunchArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +42,6 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Launch(args) => ExitCode::from(launch::run(&args)),
     }
 }
