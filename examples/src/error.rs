@@ -26,6 +26,9 @@ pub enum ExampleError {
         /// The value found.
         found: String,
     },
+    /// A library check found a rank holding a value that differs from the CPU reference.
+    #[error("verification failed: {0}")]
+    Verify(#[from] ferrocomm_kernels::verify::VerifyError),
     /// An argument the example cannot run with.
     #[error("{0}")]
     BadArgument(String),

@@ -7,6 +7,7 @@
 //! cargo run --release --example allreduce -- --dtype bf16 --sizes 8K,64K,1M
 //! cargo run --release --example moe_alltoall -- --tokens 1,8,128
 //! cargo run --release --example custom_kernel   # a kernels crate of one's own (examples/custom_kernel)
+//! cargo run --release -p ferrocomm-cli -- launch -n 4 --emulator -- target/release/examples/multiprocess
 //! ```
 //!
 //! | module | what |
@@ -17,6 +18,7 @@
 //! | [`ping_pong`] | one ping-pong: device-timed, both inboxes checked |
 //! | [`moe`] | MoE dispatch and combine: all-to-all with per-destination counts, tokens x 7168 bf16 |
 //! | [`custom`] | the `custom-kernel` crate's kernels through their typed launchers |
+//! | [`multiprocess`] | every collective in a team of one process per rank, checked by each process |
 //! | [`timing`] | per-operation times from graph replays; sizes in bytes |
 //! | [`error`] | [`ExampleError`] and the comparison with the reference |
 
@@ -24,6 +26,7 @@ pub mod all_reduce;
 pub mod custom;
 pub mod error;
 pub mod moe;
+pub mod multiprocess;
 pub mod ping_pong;
 pub mod quickstart;
 pub mod team;

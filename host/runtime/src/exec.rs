@@ -8,6 +8,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use crate::error::Error;
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
@@ -80,6 +81,34 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
 
     /// Queues a capture of [`Exec::end_capture`] again on every local rank.
     fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error>;
+
+    /// Allocation `addr` (`bytes`, from [`Exec::alloc`]) of local rank `slot` as a file descriptor that
+    /// the other processes of this host can map with [`Exec::import`]. Only the cross-process variants of
+    /// a backend can.
+    fn export(&self, slot: usize, addr: u64, bytes: usize) -> Result<OwnedFd, Error> {
+        let _ = (slot, addr, bytes);
+        Err(Error::Unsupported { what: "sharing memory with other processes", backend: self.name() })
+    }
+
+    /// Maps another process's exported allocation of `bytes` for local rank `slot`; returns the address
+    /// that rank's kernels and copies use.
+    fn import(&self, slot: usize, fd: BorrowedFd<'_>, bytes: usize) -> Result<u64, Error> {
+        let _ = (slot, fd, bytes);
+        Err(Error::Unsupported { what: "mapping another process's memory", backend: self.name() })
+    }
+
+    /// Unmaps a mapping of [`Exec::import`].
+    ///
+    /// # Safety
+    ///
+    /// `addr` came from `import(slot, _, bytes)`, is unmapped once, and no kernel or copy uses it any more.
+    unsafe fn unmap(&self, slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
+        let _ = (slot, addr, bytes);
+        Err(Error::Unsupported { what: "unmapping another process's memory", backend: self.name() })
+    }
+
+    /// The backend's name in errors.
+    fn name(&self) -> &'static str;
 }
 
 /// Launches captured by a backend, in the form that backend replays (CUDA graphs, recorded launches).

@@ -7,9 +7,9 @@ use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use crate::error::Error;
+use crate::exec::Captured;
 use crate::launch::LaunchGuard;
 use crate::memory::Allocation;
-use crate::exec::Captured;
 use crate::team::{Team, TeamShared};
 
 /// Launches captured once and replayed many times (the way latency-critical code calls collectives).

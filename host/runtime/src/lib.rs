@@ -34,6 +34,7 @@
 //! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
 //! | `cuda` (private) | the CUDA backend: contexts, streams, peer access, module loading, launches, graphs |
 //! | `emu` (private) | the emulator backend: one worker thread per rank playing its stream |
+//! | `process` (private) | teams that span processes: joining the job, symmetric memory and agreement checks across them |
 //!
 //! The environment: `FERROCOMM_BACKEND=cuda|emulator|auto`, `FERROCOMM_TIMEOUT_MS` (device wait timeout,
 //! default 2000), `FERROCOMM_WORLD` (number of ranks when the code does not say).
@@ -46,6 +47,7 @@ pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod module;
+mod process;
 pub mod system;
 pub mod team;
 

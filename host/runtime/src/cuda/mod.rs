@@ -4,11 +4,12 @@
 mod launch;
 mod module;
 mod peer;
-#[allow(dead_code)] // used once teams span processes
+mod shareable;
 mod vmm;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
@@ -16,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
 
 pub(crate) use launch::RankGraph;
 pub(crate) use module::LoadedModule;
+use shareable::ShareableHeap;
 
 use crate::error::{Error, cuda};
 use crate::exec::{Captured, Exec};
@@ -89,6 +91,8 @@ pub(crate) struct CudaTeam {
     /// ranks share a GPU: a rank's next kernel, launched early, could take the room the co-residency check
     /// counted on for another rank's current one, which this rank's current one waits for.
     pub programmatic_launch: bool,
+    /// In a team that spans processes: the memory other processes map (every allocation comes from it).
+    shareable: Option<ShareableHeap>,
 }
 
 impl CudaTeam {
@@ -107,7 +111,22 @@ impl CudaTeam {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let shared_gpu = (1..rank_gpu.len()).any(|r| rank_gpu[..r].contains(&rank_gpu[r]));
-        Ok(CudaTeam { ranks, gpus, programmatic_launch: programmatic_launch && !shared_gpu })
+        Ok(CudaTeam { ranks, gpus, programmatic_launch: programmatic_launch && !shared_gpu, shareable: None })
+    }
+
+    /// The one rank of this process in a team that spans processes, on GPU `ordinal`, with memory the
+    /// other processes map. `programmatic_launch`: as for [`CudaTeam::new`] (the caller turns it off when
+    /// ranks of other processes share the GPU).
+    pub fn for_process(ordinal: usize, programmatic_launch: bool) -> Result<CudaTeam, Error> {
+        let mut team = CudaTeam::new(&[ordinal], &[0], programmatic_launch)?;
+        team.shareable = Some(ShareableHeap::new(Arc::clone(&team.gpus[0].ctx))?);
+        Ok(team)
+    }
+
+    fn shareable_heap(&self) -> Result<&ShareableHeap, Error> {
+        self.shareable
+            .as_ref()
+            .ok_or(Error::Unsupported { what: "sharing memory with other processes", backend: "cuda" })
     }
 
     pub fn gpu_of(&self, rank: usize) -> &CudaGpu {
@@ -137,6 +156,9 @@ impl Exec for CudaTeam {
     /// `bytes` zeroed bytes of device memory on `rank`'s GPU (256-byte aligned, as cuMemAlloc returns).
     fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
         self.bind(rank)?;
+        if let Some(heap) = &self.shareable {
+            return heap.alloc(bytes);
+        }
         let on = self.on(rank);
         // SAFETY: the rank's context is current; the memory is zeroed below before anyone reads it.
         let ptr = unsafe { result::malloc_sync(bytes) }.map_err(cuda("cuMemAlloc", on))?;
@@ -155,6 +177,10 @@ impl Exec for CudaTeam {
     /// Frees an allocation of [`CudaTeam::alloc`]; no kernel may use it any more.
     unsafe fn free(&self, rank: usize, addr: u64, _bytes: usize) -> Result<(), Error> {
         self.bind(rank)?;
+        if let Some(heap) = &self.shareable {
+            heap.release(addr);
+            return Ok(());
+        }
         // SAFETY: `addr` came from `alloc` on this rank's context and the caller settled the team.
         unsafe { result::free_sync(addr) }.map_err(cuda("cuMemFree", self.on(rank)))
     }
@@ -228,6 +254,26 @@ impl Exec for CudaTeam {
     }
 
     /// Frees an error buffer of [`CudaTeam::alloc_error_buffer`].
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn export(&self, rank: usize, addr: u64, _bytes: usize) -> Result<OwnedFd, Error> {
+        self.bind(rank)?;
+        self.shareable_heap()?.export(addr)
+    }
+
+    fn import(&self, rank: usize, fd: BorrowedFd<'_>, bytes: usize) -> Result<u64, Error> {
+        self.bind(rank)?;
+        self.shareable_heap()?.import(fd, bytes)
+    }
+
+    unsafe fn unmap(&self, rank: usize, addr: u64, _bytes: usize) -> Result<(), Error> {
+        self.bind(rank)?;
+        self.shareable_heap()?.release(addr);
+        Ok(())
+    }
+
     unsafe fn free_error_buffer(&self, slot: ErrorSlot) -> Result<(), Error> {
         self.bind(0)?;
         // SAFETY: allocated by `alloc_error_buffer` and no kernel of the team runs.

@@ -3,8 +3,8 @@
 //! thread per GPU thread (so the emulator's checker sees every rank), and "device" memory is 256-byte
 //! aligned host memory.
 
-use std::alloc::{self, Layout};
 use std::ffi::c_void;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
@@ -13,10 +13,15 @@ use std::thread::JoinHandle;
 
 use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch};
 
+mod heap;
+
+pub(crate) use heap::{Heap, PrivateHeap, SharedHeap};
+use heap::{alloc_zeroed, free_zeroed};
+
 use crate::error::Error;
 use crate::exec::{Captured, Exec};
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
-use crate::memory::{ALIGN, ERROR_BUFFER_BYTES};
+use crate::memory::ERROR_BUFFER_BYTES;
 use crate::team::{ErrorSlot, TeamShared};
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -46,6 +51,8 @@ pub(crate) struct Recorded {
 #[derive(Debug)]
 pub(crate) struct EmuTeam {
     ranks: Vec<EmuRank>,
+    /// Where the ranks' memory comes from (shared with other processes in a team that spans them).
+    heap: Box<dyn Heap>,
     recording: Mutex<Option<Vec<Recorded>>>,
     /// Whether the emulator's checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
     checker: Option<bool>,
@@ -65,9 +72,9 @@ impl Pointers {
 }
 
 impl EmuTeam {
-    /// Starts one worker thread for each of `ranks` (the team's local ranks); `checker` overrides whether the
-    /// emulator's checker runs.
-    pub fn new(ranks: &[usize], checker: Option<bool>) -> Result<EmuTeam, Error> {
+    /// Starts one worker thread for each of `ranks` (the team's local ranks), whose memory comes from
+    /// `heap`; `checker` overrides whether the emulator's checker runs.
+    pub fn new(ranks: &[usize], checker: Option<bool>, heap: Box<dyn Heap>) -> Result<EmuTeam, Error> {
         let ranks = ranks
             .iter()
             .map(|&rank| {
@@ -93,7 +100,7 @@ impl EmuTeam {
                 Ok(EmuRank { rank, tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(EmuTeam { ranks, recording: Mutex::new(None), checker })
+        Ok(EmuTeam { ranks, heap, recording: Mutex::new(None), checker })
     }
 
     fn submit(&self, slot: usize, job: Job) -> Result<(), Error> {
@@ -188,14 +195,12 @@ impl EmuTeam {
 
 impl Exec for EmuTeam {
     fn alloc(&self, _slot: usize, bytes: usize) -> Result<u64, Error> {
-        alloc_zeroed(bytes)
+        self.heap.alloc(bytes)
     }
 
     unsafe fn free(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
-        let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN).expect("checked when allocated");
-        // SAFETY: per the contract, allocated with this layout and unused.
-        unsafe { alloc::dealloc(addr as usize as *mut u8, layout) };
-        Ok(())
+        // SAFETY: per the contract.
+        unsafe { self.heap.free(addr, bytes) }
     }
 
     unsafe fn write(&self, _slot: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
@@ -234,7 +239,8 @@ impl Exec for EmuTeam {
 
     unsafe fn free_error_buffer(&self, errors: ErrorSlot) -> Result<(), Error> {
         // SAFETY: allocated by `alloc_error_buffer` with this size; per the contract no kernel runs.
-        unsafe { self.free(0, errors.device, ERROR_BUFFER_BYTES) }
+        unsafe { free_zeroed(errors.device, ERROR_BUFFER_BYTES) };
+        Ok(())
     }
 
     fn max_threads_per_block(&self, _team: &TeamShared, _kernel: &'static Kernel) -> Result<u32, Error> {
@@ -266,17 +272,23 @@ impl Exec for EmuTeam {
         let launches = captured.get::<Vec<Recorded>>(team)?;
         launches.iter().try_for_each(|r| self.queue(team, r.kernel, r.cfg, r.packs.clone()))
     }
-}
 
-fn alloc_zeroed(bytes: usize) -> Result<u64, Error> {
-    let layout = Layout::from_size_align(bytes.max(ALIGN), ALIGN)
-        .map_err(|_| Error::SizeOverflow { len: bytes, elem_bytes: 1 })?;
-    // SAFETY: the layout has a non-zero size.
-    let ptr = unsafe { alloc::alloc_zeroed(layout) };
-    if ptr.is_null() {
-        alloc::handle_alloc_error(layout);
+    fn export(&self, _slot: usize, addr: u64, _bytes: usize) -> Result<OwnedFd, Error> {
+        self.heap.export(addr)
     }
-    Ok(ptr as usize as u64)
+
+    fn import(&self, _slot: usize, fd: BorrowedFd<'_>, bytes: usize) -> Result<u64, Error> {
+        self.heap.import(fd, bytes)
+    }
+
+    unsafe fn unmap(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
+        // SAFETY: per the contract, a mapping of `import` that nothing uses any more.
+        unsafe { heap::unmap(addr, bytes) }
+    }
+
+    fn name(&self) -> &'static str {
+        "emulator"
+    }
 }
 
 impl Drop for EmuTeam {

@@ -84,6 +84,29 @@ pub enum Error {
         /// The team's size.
         world: usize,
     },
+    /// The processes of a job could not find each other, or lost each other: a rank that never joined,
+    /// died, or disagrees with the others on the job's layout (the message names the ranks).
+    #[error(transparent)]
+    Bootstrap(#[from] ferrocomm_bootstrap::BootstrapError),
+    /// The ranks of a team that spans processes did not all do the same thing: allocated a different
+    /// size, in a different order, or loaded a different kernel module. Every rank gets this error.
+    #[error("the ranks disagree on {what}: {}; every rank must make the same calls in the same order", describe_statements(.statements))]
+    Disagreement {
+        /// The operation they disagree on.
+        what: &'static str,
+        /// What each rank did, in rank order.
+        statements: Vec<String>,
+    },
+    /// Memory shared with the team's other processes could not be made, mapped or unmapped.
+    #[error("{call} failed for {bytes} bytes of memory shared with the team's other processes: {source}")]
+    SharedMemory {
+        /// The system call.
+        call: &'static str,
+        /// The size asked for.
+        bytes: usize,
+        /// What the system said.
+        source: std::io::Error,
+    },
     /// A rank of a team that spans processes, used from a process that does not run it.
     #[error(
         "rank {rank} runs in another process (this one runs rank(s) {local:?}); read, write and launch only \
@@ -309,4 +332,23 @@ impl Error {
 /// Maps a driver error to [`Error::Cuda`] naming the call.
 pub(crate) fn cuda(call: &'static str, device: Option<Device>) -> impl FnOnce(DriverError) -> Error {
     move |source| Error::Cuda { call, device, source }
+}
+
+/// "rank 0: X, rank 1: Y", grouping the ranks that said the same.
+fn describe_statements(all: &[String]) -> String {
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (rank, s) in all.iter().enumerate() {
+        match groups.iter_mut().find(|(t, _)| *t == s.as_str()) {
+            Some((_, ranks)) => ranks.push(rank),
+            None => groups.push((s, vec![rank])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(s, ranks)| {
+            let who = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+            format!("rank{} {who}: {s}", if ranks.len() > 1 { "s" } else { "" })
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -6,8 +6,8 @@ mod guard;
 mod param;
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 pub(crate) use decode::short_type_name;
@@ -146,6 +146,9 @@ impl Team {
         let team = &*self.shared;
         team.check_usable()?;
         cfg.validate(kernel.name)?;
+        if let Some(group) = &team.group {
+            group.agree_on_module(kernel.module)?;
+        }
         let packs = team.local.iter().map(|&rank| params(&RankRef { team, rank })).collect::<Result<Vec<_>, _>>()?;
         let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
         let capturing = team.capturing.load(Ordering::Acquire);

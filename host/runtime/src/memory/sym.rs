@@ -11,7 +11,7 @@ use ferrocomm_device::abi::{RawSlice, RawSym};
 use super::{DeviceCopy, allocation_bytes};
 use crate::error::Error;
 use crate::launch::short_type_name;
-use crate::team::{BufferEntry, Device, RankRef, Team, TeamShared};
+use crate::team::{BufferEntry, Device, Part, RankRef, Team, TeamShared};
 
 /// A symmetric buffer: `len` elements of `T` on every rank of a team.
 ///
@@ -43,11 +43,30 @@ pub(crate) struct Allocation {
     id: u64,
     team: Arc<TeamShared>,
     bytes: usize,
-    /// Per rank: the base address of its part.
-    local: Vec<u64>,
-    /// Per rank: the address of its peer table (`world` device pointers).
+    /// Per rank of the team: its part, as this process addresses it.
+    parts: Vec<Part>,
+    /// Per local rank (in the team's local order): the address of its peer table (`world` pointers).
     tables: Vec<u64>,
     table_bytes: usize,
+}
+
+impl Allocation {
+    /// The base address of rank `rank`'s part, as this process addresses it.
+    fn part(&self, rank: usize) -> Result<u64, Error> {
+        self.team.check_rank(rank)?;
+        Ok(self.parts[rank].address())
+    }
+
+    /// Rank `rank`'s part, which this process must run (to read, write or launch on it).
+    fn local_part(&self, rank: usize) -> Result<u64, Error> {
+        self.team.slot(rank)?;
+        self.part(rank)
+    }
+
+    /// The peer table of rank `rank`, which this process runs.
+    fn table(&self, rank: usize) -> Result<u64, Error> {
+        Ok(self.tables[self.team.slot(rank)?])
+    }
 }
 
 impl Drop for Allocation {
@@ -59,10 +78,10 @@ impl Drop for Allocation {
             tracing::error!("before freeing a symmetric buffer: {e}");
         }
         self.team.buffers.lock().unwrap_or_else(|p| p.into_inner()).retain(|b| b.id != self.id);
-        for (rank, &addr) in self.local.iter().enumerate() {
-            self.team.free(rank, addr, self.bytes);
+        for (rank, &part) in self.parts.iter().enumerate() {
+            self.team.release(rank, part, self.bytes);
         }
-        for (rank, &addr) in self.tables.iter().enumerate() {
+        for (&rank, &addr) in self.team.local.iter().zip(&self.tables) {
             self.team.free(rank, addr, self.table_bytes);
         }
     }
@@ -75,32 +94,30 @@ impl<T: DeviceCopy> SymBuffer<T> {
         shared.settle("SymBuffer::new")?;
         let world = shared.world;
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let bytes = allocation_bytes::<T>(len)?;
+        let label = format!("SymBuffer<{}>", short_type_name(std::any::type_name::<T>()));
         let mut alloc = Allocation {
             id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             team: Arc::clone(shared),
-            bytes: allocation_bytes::<T>(len)?,
-            local: Vec::with_capacity(world),
-            tables: Vec::with_capacity(world),
+            bytes,
+            parts: shared.alloc_symmetric(bytes, &format!("{label} of {len} elements"))?,
+            tables: Vec::with_capacity(shared.local.len()),
             table_bytes: allocation_bytes::<u64>(world)?,
         };
-        // On an error below, dropping `alloc` frees what was allocated so far.
-        for rank in 0..world {
-            let addr = alloc.team.alloc(rank, alloc.bytes)?;
-            alloc.local.push(addr);
-        }
-        let table: Vec<u8> = alloc.local.iter().flat_map(|a| a.to_ne_bytes()).collect();
-        for rank in 0..world {
+        // On an error below, dropping `alloc` frees what was allocated so far. With peer access enabled, in
+        // the emulator's one address space, or with peers' parts mapped into this process, every local rank
+        // addresses a part by the address this process has for it, so all tables hold the same values.
+        let table: Vec<u8> = alloc.parts.iter().flat_map(|p| p.address().to_ne_bytes()).collect();
+        for &rank in &shared.local {
             let addr = alloc.team.alloc(rank, alloc.table_bytes)?;
             alloc.tables.push(addr);
-            // With peer access enabled (or in the emulator's one address space) every rank addresses a
-            // peer's allocation by the address its owner got, so all tables hold the same values.
             alloc.team.write(rank, addr, &table)?;
         }
         let entry = BufferEntry {
             id: alloc.id,
-            label: format!("SymBuffer<{}> #{}", short_type_name(std::any::type_name::<T>()), alloc.id),
+            label: format!("{label} #{}", alloc.id),
             elem_bytes: size_of::<T>(),
-            ranges: alloc.local.iter().enumerate().map(|(r, &a)| (r, a, len * size_of::<T>())).collect(),
+            ranges: alloc.parts.iter().enumerate().map(|(r, p)| (r, p.address(), len * size_of::<T>())).collect(),
         };
         alloc.team.buffers.lock().unwrap_or_else(|p| p.into_inner()).push(entry);
         Ok(SymBuffer { alloc: Arc::new(alloc), len, _elem: PhantomData })
@@ -119,10 +136,10 @@ impl<T: DeviceCopy> SymBuffer<T> {
         self
     }
 
-    /// Allocates a buffer holding `data` on every rank.
+    /// Allocates a buffer holding `data` on every rank (of this process, in a team that spans processes).
     pub fn from_host(team: &Team, data: &[T]) -> Result<Self, Error> {
         let mut buf = SymBuffer::new(team, data.len())?;
-        for rank in 0..buf.world() {
+        for rank in team.local_ranks() {
             buf.copy_from_host(rank, data)?;
         }
         Ok(buf)
@@ -143,6 +160,11 @@ impl<T: DeviceCopy> SymBuffer<T> {
         self.alloc.team.world
     }
 
+    /// The ranks whose parts this process reads and writes: every rank, unless the team spans processes.
+    pub fn local_ranks(&self) -> Vec<usize> {
+        self.alloc.team.local.clone()
+    }
+
     /// The id of the team that allocated it.
     pub fn team_id(&self) -> u64 {
         self.alloc.team.id
@@ -154,10 +176,10 @@ impl<T: DeviceCopy> SymBuffer<T> {
         Ok(self.alloc.team.devices[rank])
     }
 
-    /// The device address of rank `rank`'s part.
+    /// The address of rank `rank`'s part (as this process addresses it: in a team that spans processes, a
+    /// peer's part mapped here).
     pub fn address(&self, rank: usize) -> Result<u64, Error> {
-        self.alloc.team.check_rank(rank)?;
-        Ok(self.alloc.local[rank])
+        self.alloc.part(rank)
     }
 
     /// Writes `data` (exactly [`len`](Self::len) elements) into rank `rank`'s part.
@@ -171,7 +193,7 @@ impl<T: DeviceCopy> SymBuffer<T> {
             });
         }
         self.alloc.team.settle("SymBuffer::copy_from_host")?;
-        self.alloc.team.write(rank, self.alloc.local[rank], as_bytes(data))
+        self.alloc.team.write(rank, self.alloc.local_part(rank)?, as_bytes(data))
     }
 
     /// Reads rank `rank`'s part.
@@ -182,13 +204,13 @@ impl<T: DeviceCopy> SymBuffer<T> {
         let mut out: Vec<T> = vec![unsafe { std::mem::zeroed() }; self.len];
         // SAFETY: `out` is `len` initialised plain-data elements; any bytes written are a valid `T` (DeviceCopy).
         let bytes = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of::<T>() * self.len) };
-        self.alloc.team.read(rank, self.alloc.local[rank], bytes)?;
+        self.alloc.team.read(rank, self.alloc.local_part(rank)?, bytes)?;
         Ok(out)
     }
 
-    /// Sets every element on every rank to `value`.
+    /// Sets every element on every rank (of this process, in a team that spans processes) to `value`.
     pub fn fill(&mut self, value: T) -> Result<(), Error> {
-        for rank in 0..self.world() {
+        for rank in self.alloc.team.local.clone() {
             self.fill_rank(rank, value)?;
         }
         Ok(())
@@ -201,14 +223,15 @@ impl<T: DeviceCopy> SymBuffer<T> {
         let pattern = as_bytes(std::slice::from_ref(&value));
         let total = size_of::<T>() * self.len;
         if pattern.iter().all(|&b| b == pattern[0]) || total == 0 {
-            return self.alloc.team.memset(rank, self.alloc.local[rank], pattern.first().copied().unwrap_or(0), total);
+            let byte = pattern.first().copied().unwrap_or(0);
+            return self.alloc.team.memset(rank, self.alloc.local_part(rank)?, byte, total);
         }
         const CHUNK_ELEMS: usize = 1 << 16;
         let chunk = vec![value; self.len.min(CHUNK_ELEMS)];
         let mut done = 0;
         while done < self.len {
             let n = (self.len - done).min(CHUNK_ELEMS);
-            let dst = self.alloc.local[rank] + (done * size_of::<T>()) as u64;
+            let dst = self.alloc.local_part(rank)? + (done * size_of::<T>()) as u64;
             self.alloc.team.write(rank, dst, as_bytes(&chunk[..n]))?;
             done += n;
         }
@@ -221,7 +244,7 @@ impl<T: DeviceCopy> SymBuffer<T> {
         self.alloc.team.check_rank(rank)?;
         self.alloc.team.settle("SymBuffer::peer_table")?;
         let mut bytes = vec![0u8; self.world() * 8];
-        self.alloc.team.read(rank, self.alloc.tables[rank], &mut bytes)?;
+        self.alloc.team.read(rank, self.alloc.table(rank)?, &mut bytes)?;
         Ok(bytes.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect())
     }
 
@@ -230,8 +253,8 @@ impl<T: DeviceCopy> SymBuffer<T> {
         self.alloc.team.check_rank(rank)?;
         self.alloc.team.pin_if_capturing(&self.alloc);
         Ok(RawSym {
-            peers: self.alloc.tables[rank] as usize as *const *mut T,
-            local: self.alloc.local[rank] as usize as *mut T,
+            peers: self.alloc.table(rank)? as usize as *const *mut T,
+            local: self.alloc.local_part(rank)? as usize as *mut T,
             len: self.len,
         })
     }
@@ -240,7 +263,7 @@ impl<T: DeviceCopy> SymBuffer<T> {
     pub fn raw_slice(&self, rank: usize) -> Result<RawSlice<T>, Error> {
         self.alloc.team.check_rank(rank)?;
         self.alloc.team.pin_if_capturing(&self.alloc);
-        Ok(RawSlice { ptr: self.alloc.local[rank] as usize as *mut T, len: self.len })
+        Ok(RawSlice { ptr: self.alloc.local_part(rank)? as usize as *mut T, len: self.len })
     }
 
     /// Checks the buffer may be used by a launch on `rank`: same team, same device, same world.

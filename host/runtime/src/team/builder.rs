@@ -1,14 +1,17 @@
 //! Choosing a team: backend (explicit, `FERROCOMM_BACKEND`, or auto), GPUs, ranks per GPU, timeout.
 
 use std::sync::Arc;
+
+use ferrocomm_bootstrap::JobEnv;
 use std::time::Duration;
 
 use super::shared::TeamShared;
 use super::{Backend, Device, Team};
 use crate::cuda::CudaTeam;
-use crate::emu::EmuTeam;
+use crate::emu::{EmuTeam, PrivateHeap};
 use crate::error::Error;
 use crate::exec::Exec;
+use crate::process;
 use crate::system;
 
 /// Chooses the backend: `cuda`, `emulator` or `auto` (the default).
@@ -44,6 +47,8 @@ pub struct TeamBuilder {
     timeout: Option<Duration>,
     emulator_checker: Option<bool>,
     programmatic_launch: Option<bool>,
+    job: Option<JobEnv>,
+    single_process: bool,
 }
 
 /// What a builder resolved to, before anything is created.
@@ -125,8 +130,44 @@ impl TeamBuilder {
     }
 
     /// Creates the team: contexts, peer access for every pair of GPUs, streams, error buffers.
+    /// Makes this process one rank of the job `job` describes (a team that spans processes, one rank each):
+    /// what [`TeamBuilder::build`] does by itself when a launcher's variables are set (torchrun, Open MPI,
+    /// Slurm, `ferrocomm launch`, or `FERROCOMM_RANK` and friends; see `ferrocomm_bootstrap::JobEnv`).
+    pub fn job(mut self, job: JobEnv) -> Self {
+        self.job = Some(job);
+        self
+    }
+
+    /// A team of this process's GPUs alone, even when a launcher's variables say the process is one rank
+    /// of a larger job.
+    pub fn single_process(mut self) -> Self {
+        self.single_process = true;
+        self
+    }
+
     pub fn build(self) -> Result<Team, Error> {
-        let plan = self.plan(|var| std::env::var(var).ok(), || system::driver().map(|d| d.gpu_count))?;
+        let env = |var: &str| std::env::var(var).ok();
+        let job = match (&self.job, self.single_process) {
+            (Some(job), _) => Some(job.clone()),
+            (None, true) => None,
+            (None, false) => JobEnv::from_env()?,
+        };
+        if let Some(job) = job {
+            if self.world.is_some_and(|w| w != job.world) {
+                return Err(Error::TeamConfig {
+                    reason: format!(
+                        "the builder asks for {} ranks but the job has {} processes; leave the world unset in a job \
+                         of several processes (or call single_process())",
+                        self.world.unwrap_or_default(),
+                        job.world
+                    ),
+                });
+            }
+            // The plan for this process's one rank: its backend, the GPUs it may pick from, the timeout.
+            let plan = self.clone().world_unset().plan(env, || system::driver().map(|d| d.gpu_count))?;
+            return process::team::create(plan, &job, self.emulator_checker, env);
+        }
+        let plan = self.plan(env, || system::driver().map(|d| d.gpu_count))?;
         tracing::info!(
             backend = %plan.backend,
             world = plan.devices.len(),
@@ -139,6 +180,12 @@ impl TeamBuilder {
     }
 
     /// Resolves the builder against an environment and a GPU probe (both injected so tests need neither).
+    fn world_unset(mut self) -> Self {
+        self.world = None;
+        self.ranks_per_gpu = None;
+        self
+    }
+
     pub(crate) fn plan(
         &self,
         env: impl Fn(&str) -> Option<String>,
@@ -306,9 +353,9 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
                 .collect();
             Box::new(CudaTeam::new(&plan.gpus, &rank_gpu, plan.programmatic_launch)?)
         }
-        Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker)?),
+        Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker, Box::new(PrivateHeap))?),
     };
-    let shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec)?;
+    let shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec, None)?;
     Ok(Team { shared: Arc::new(shared) })
 }
 

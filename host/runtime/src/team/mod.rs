@@ -2,7 +2,7 @@
 //! instances. Choosing one: [`TeamBuilder`]. Peer access is enabled in `cuda/peer.rs`; ranks run in the
 //! `cuda` and `emu` backends.
 
-mod builder;
+pub(crate) mod builder;
 mod shared;
 
 use std::fmt;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use builder::{BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, TIMEOUT_ENV, TeamBuilder, WORLD_ENV};
-pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, TeamShared};
+pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, Part, TeamShared};
 
 use crate::error::Error;
 
@@ -131,6 +131,17 @@ impl Team {
     /// Every rank in order.
     pub fn ranks(&self) -> impl ExactSizeIterator<Item = RankRef<'_>> {
         (0..self.world()).map(|rank| RankRef { team: &self.shared, rank })
+    }
+
+    /// The ranks this process runs: every rank, unless the team spans processes (then this process's own).
+    /// Host reads and writes of a buffer's part, and launches, happen on these.
+    pub fn local_ranks(&self) -> Vec<usize> {
+        self.shared.local.clone()
+    }
+
+    /// Whether the team's ranks live in several processes (one each).
+    pub fn spans_processes(&self) -> bool {
+        self.shared.group.is_some()
     }
 
     /// Waits until every rank's stream is idle and reads every rank's device error buffer.

@@ -12,6 +12,7 @@ use super::{Backend, Device};
 use crate::error::{DeviceError, DeviceErrors, Error};
 use crate::exec::Exec;
 use crate::memory::Allocation;
+use crate::process::{ProcessGroup, symmetric};
 
 /// Slack the host watchdog gives a launch beyond the device timeout before it declares the stream stuck.
 pub(crate) const HOST_GRACE: Duration = Duration::from_secs(1);
@@ -79,8 +80,27 @@ pub(crate) struct TeamShared {
     pub capture_pins: Mutex<Vec<Arc<Allocation>>>,
     pub pads: Mutex<Vec<PadEntry>>,
     pub buffers: Mutex<Vec<BufferEntry>>,
+    /// The team's other processes, when it spans several.
+    pub group: Option<ProcessGroup>,
     /// Dropped only when no kernel can still run (see `Drop`).
     pub exec: ManuallyDrop<Box<dyn Exec>>,
+}
+
+/// One rank's part of a symmetric allocation, as this process addresses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// Allocated by this process for one of its ranks.
+    Own(u64),
+    /// Another process's part, mapped into this one.
+    Mapped(u64),
+}
+
+impl Part {
+    pub fn address(self) -> u64 {
+        match self {
+            Part::Own(a) | Part::Mapped(a) => a,
+        }
+    }
 }
 
 impl TeamShared {
@@ -93,6 +113,7 @@ impl TeamShared {
         timeout: Duration,
         devices: Vec<Device>,
         exec: Box<dyn Exec>,
+        group: Option<ProcessGroup>,
     ) -> Result<TeamShared, Error> {
         static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
         let mut shared = TeamShared {
@@ -111,6 +132,7 @@ impl TeamShared {
             capture_pins: Mutex::new(Vec::new()),
             pads: Mutex::new(Vec::new()),
             buffers: Mutex::new(Vec::new()),
+            group,
             exec: ManuallyDrop::new(exec),
         };
         for slot in 0..shared.local.len() {
@@ -129,11 +151,6 @@ impl TeamShared {
     pub fn slot(&self, rank: usize) -> Result<usize, Error> {
         self.check_rank(rank)?;
         self.local.iter().position(|&r| r == rank).ok_or_else(|| Error::NotLocal { rank, local: self.local.clone() })
-    }
-
-    /// Whether this process runs `rank`.
-    pub fn is_local(&self, rank: usize) -> bool {
-        self.local.contains(&rank)
     }
 
     pub fn is_poisoned(&self) -> bool {
@@ -266,6 +283,44 @@ impl TeamShared {
     /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`, which runs here.
     pub fn alloc(&self, rank: usize, bytes: usize) -> Result<u64, Error> {
         self.exec.alloc(self.slot(rank)?, bytes)
+    }
+
+    /// Every rank's part of a new symmetric allocation of `bytes` per rank, in rank order; `label` names
+    /// it in the agreement check of a team that spans processes.
+    pub fn alloc_symmetric(&self, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
+        if let Some(group) = &self.group {
+            return symmetric::allocate(self, group, bytes, label);
+        }
+        let mut parts = Vec::with_capacity(self.world);
+        for &rank in &self.local {
+            match self.alloc(rank, bytes) {
+                Ok(addr) => parts.push(Part::Own(addr)),
+                Err(e) => {
+                    for (rank, part) in parts.into_iter().enumerate() {
+                        self.release(rank, part, bytes);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(parts)
+    }
+
+    /// Releases rank `rank`'s part of a symmetric allocation; leaks it if the team is poisoned.
+    pub fn release(&self, rank: usize, part: Part, bytes: usize) {
+        match part {
+            Part::Own(addr) => self.free(rank, addr, bytes),
+            Part::Mapped(addr) if !self.is_poisoned() => {
+                let Some(&here) = self.local.first() else { return };
+                // SAFETY: mapped by `alloc_symmetric` for the local rank with `bytes`, released once, and
+                // no kernel runs (not poisoned, settled by the owner).
+                let unmapped = self.slot(here).and_then(|slot| unsafe { self.exec.unmap(slot, addr, bytes) });
+                if let Err(e) = unmapped {
+                    tracing::error!("unmapping rank {rank}'s memory: {e}");
+                }
+            }
+            Part::Mapped(_) => {}
+        }
     }
 
     /// Frees an allocation of [`TeamShared::alloc`]; leaks it if the team is poisoned (a kernel may still run).

@@ -214,7 +214,8 @@ impl<'t> Communicator<'t> {
 
     /// Ping-pong of `bytes` payload bytes between `initiator` and `responder`, `iters` round trips in one
     /// kernel timed on the device; waits for it. Afterwards each side's inbox ([`Communicator::ping_inbox`])
-    /// holds the other's payload (byte `i` of rank `r`'s payload is `(r * 31 + i) % 251`).
+    /// holds the other's payload (byte `i` of rank `r`'s payload is `(r * 31 + i) % 251`). The initiator
+    /// times it: in a team that spans processes, the result of every other process has `total_ns == 0`.
     pub fn ping_pong(
         &mut self,
         initiator: usize,
@@ -246,7 +247,7 @@ impl<'t> Communicator<'t> {
         let ping = &mut self.ping;
         // The kernels send the whole payload buffer: one of exactly `bytes`, filled per rank.
         let mut payload = SymBuffer::<u8>::new(self.team, bytes)?;
-        for rank in 0..world {
+        for rank in payload.local_ranks() {
             let pattern: Vec<u8> = (0..bytes).map(|i| ((rank * 31 + i) % 251) as u8).collect();
             payload.copy_from_host(rank, &pattern)?;
         }
@@ -284,8 +285,9 @@ impl<'t> Communicator<'t> {
                 .wait()?;
             }
         }
-        let out = ping.out.to_host(initiator)?;
-        Ok(PingPong { iters, total_ns: out[0] })
+        // The initiator timed it; in a team that spans processes, the others' processes have no figure.
+        let total_ns = if ping.out.local_ranks().contains(&initiator) { ping.out.to_host(initiator)?[0] } else { 0 };
+        Ok(PingPong { iters, total_ns })
     }
 
     /// What rank `rank` received in the last ping-pong (the first `bytes` bytes are the peer's payload).

@@ -118,8 +118,9 @@ fn compare<T: Debug + PartialEq>(what: &str, rank: usize, expected: &[T], found:
 /// Fills rank `r` of `buf` with `pattern(seed, r)` and returns the inputs.
 fn fill<T: Sample>(buf: &mut SymBuffer<T>, seed: u64) -> Result<Vec<Vec<T>>, VerifyError> {
     let inputs: Vec<Vec<T>> = (0..buf.world()).map(|r| pattern(seed, r, buf.len())).collect();
-    for (rank, data) in inputs.iter().enumerate() {
-        buf.copy_from_host(rank, data)?;
+    // In a team that spans processes each process fills its own ranks; every process knows every input.
+    for rank in buf.local_ranks() {
+        buf.copy_from_host(rank, &inputs[rank])?;
     }
     Ok(inputs)
 }
@@ -142,7 +143,7 @@ pub fn all_reduce<T: Reducible + Sample>(
         comm.all_reduce_with(&mut buf, op, algorithm)?.wait()?;
         let expected = reference::all_reduce(&inputs, op);
         let what = format!("all-reduce {} x {len} {op:?} {algorithm:?} round {round}", T::NAME);
-        for rank in 0..buf.world() {
+        for rank in buf.local_ranks() {
             compare(&what, rank, &expected, &buf.to_host(rank)?)?;
         }
     }
@@ -163,8 +164,8 @@ pub fn reduce_scatter<T: Reducible + Sample>(
     comm.reduce_scatter(&input, &mut output, op)?.wait()?;
     let expected = reference::reduce_scatter(&inputs, op);
     let what = format!("reduce-scatter {} x {chunk} per rank {op:?}", T::NAME);
-    for (rank, expected) in expected.iter().enumerate() {
-        compare(&what, rank, expected, &output.to_host(rank)?)?;
+    for rank in output.local_ranks() {
+        compare(&what, rank, &expected[rank], &output.to_host(rank)?)?;
     }
     Ok(())
 }
@@ -179,7 +180,7 @@ pub fn all_gather<T: Sample>(comm: &mut Communicator<'_>, len: usize, seed: u64)
     comm.all_gather(&input, &mut output)?.wait()?;
     let expected = reference::all_gather(&inputs);
     let what = format!("all-gather {len} per rank");
-    for rank in 0..world {
+    for rank in output.local_ranks() {
         compare(&what, rank, &expected, &output.to_host(rank)?)?;
     }
     Ok(())
@@ -197,7 +198,7 @@ pub fn broadcast<T: Sample>(
     comm.broadcast(&mut buf, root)?.wait()?;
     let expected = reference::broadcast(&inputs, root);
     let what = format!("broadcast {len} from {root}");
-    for rank in 0..buf.world() {
+    for rank in buf.local_ranks() {
         compare(&what, rank, &expected, &buf.to_host(rank)?)?;
     }
     Ok(())
@@ -218,8 +219,8 @@ pub fn all_to_all<T: Sample>(
     let mut send = SymBuffer::<T>::new(team, rows * row_len)?;
     let sends = fill(&mut send, seed)?;
     let mut send_counts = SymBuffer::<u32>::new(team, world)?;
-    for (rank, c) in counts.iter().enumerate() {
-        send_counts.copy_from_host(rank, c)?;
+    for rank in send_counts.local_ranks() {
+        send_counts.copy_from_host(rank, &counts[rank])?;
     }
     let mut recv = SymBuffer::<T>::new(team, world * cap_rows * row_len)?;
     let before = fill(&mut recv, !seed)?;
@@ -228,7 +229,8 @@ pub fn all_to_all<T: Sample>(
     comm.all_to_all(&send, &send_counts, &mut recv, &mut recv_counts, row_len, cap_rows)?.wait()?;
     let expected = reference::all_to_all(&sends, counts, row_len);
     let what = format!("all-to-all {counts:?} rows of {row_len}, capacity {cap_rows}");
-    for (rank, received) in expected.iter().enumerate() {
+    for rank in recv.local_ranks() {
+        let received = &expected[rank];
         compare(&format!("{what} (counts)"), rank, &received.counts, &recv_counts.to_host(rank)?)?;
         let mut want = before[rank].clone();
         for (src, rows) in received.rows.iter().enumerate() {
@@ -268,8 +270,8 @@ pub fn put_or_get<T: Sample>(
         Route::Shift(k) => (0..world).map(|r| (r, (r + k) % world)).collect(),
     };
     let what = format!("{} of {len} into {dst_len} along {route:?}", if get { "get" } else { "put" });
-    for (rank, before) in before.iter().enumerate() {
-        let mut want = before.clone();
+    for rank in dst.local_ranks() {
+        let mut want = before[rank].clone();
         if let Some(&(source, _)) = pairs.iter().find(|&&(_, d)| d == rank) {
             let n = len.min(dst_len);
             want[..n].copy_from_slice(&sources[source][..n]);
@@ -302,8 +304,8 @@ pub fn all_reduce_graph<T: Reducible + Sample>(
     for replay in 0..replays {
         let seed = seed.wrapping_add(replay as u64);
         let inputs: Vec<Vec<T>> = (0..world).map(|r| pattern(seed, r, len)).collect();
-        for (rank, data) in inputs.iter().enumerate() {
-            buf.copy_from_host(rank, data)?;
+        for rank in buf.local_ranks() {
+            buf.copy_from_host(rank, &inputs[rank])?;
         }
         graph.replay()?.wait()?;
         let full = replay % check_every.max(1) == 0 || replay + 1 == replays;
@@ -311,7 +313,7 @@ pub fn all_reduce_graph<T: Reducible + Sample>(
             if full { (0..len).collect() } else { (0..16).map(|i| hash(seed, i, 7) as usize % len.max(1)).collect() };
         let expected: Vec<T> = indices.iter().map(|&i| iterate_sum(&inputs, i, per_graph)).collect();
         let what = format!("graph of {per_graph} all-reduces {} x {len}, replay {replay}", T::NAME);
-        for rank in 0..world {
+        for rank in buf.local_ranks() {
             let found = buf.to_host(rank)?;
             let found: Vec<T> = if len == 0 { Vec::new() } else { indices.iter().map(|&i| found[i]).collect() };
             let expected = if len == 0 { Vec::new() } else { expected.clone() };

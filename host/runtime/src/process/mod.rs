@@ -1,0 +1,147 @@
+//! Teams that span processes: one process per rank, started by torchrun, mpirun, srun or `ferrocomm
+//! launch`, found through `ferrocomm-bootstrap`'s rendezvous.
+//!
+//! A [`ProcessGroup`] is what a team's core holds when its ranks live in several processes: the rendezvous
+//! (all-gathers through rank 0) and the Unix-socket mesh that carries memory handles between the
+//! processes of a host. On it the core builds
+//! - symmetric memory ([`symmetric`]): each process allocates its part shareable, exports it as a file
+//!   descriptor, and maps every peer's part; the peer tables hold the mapped addresses;
+//! - agreement checks: before each allocation, and before a kernel module's first launch, every rank
+//!   states what it is doing and all must state the same, or every rank fails with
+//!   [`Error::Disagreement`] naming what each did (symmetric memory allocated in a different order or
+//!   size is silent corruption otherwise);
+//! - the team itself ([`team`]): one local rank, on the backend's cross-process variant.
+
+pub(crate) mod symmetric;
+pub(crate) mod team;
+
+use std::collections::HashSet;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use ferrocomm_bootstrap::{FdMesh, JobEnv, Rendezvous};
+
+use crate::error::Error;
+use crate::module::KernelModule;
+
+/// How long the rendezvous waits for every rank to join, unless `FERROCOMM_RENDEZVOUS_TIMEOUT_MS` says.
+pub const DEFAULT_RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
+/// The variable that sets how long joining (and each later exchange between processes) may take.
+pub const RENDEZVOUS_TIMEOUT_ENV: &str = "FERROCOMM_RENDEZVOUS_TIMEOUT_MS";
+
+/// The processes of one team, connected.
+#[derive(Debug)]
+pub(crate) struct ProcessGroup {
+    rdv: Rendezvous,
+    mesh: FdMesh,
+    /// Symmetric allocations made so far (each rank counts its own; the agreement check compares them).
+    allocations: AtomicU64,
+    /// Kernel modules whose first launch the ranks agreed on.
+    modules: Mutex<HashSet<usize>>,
+}
+
+impl ProcessGroup {
+    /// Joins the job `env` describes: every rank within `timeout`, on one host (other hosts are reached
+    /// through NVSHMEM, not this mesh).
+    pub fn join(env: &JobEnv, timeout: Duration) -> Result<ProcessGroup, Error> {
+        let rdv = Rendezvous::connect(env, timeout)?;
+        if rdv.local_ranks().len() != rdv.world() {
+            return Err(Error::TeamConfig {
+                reason: format!(
+                    "the job's {} ranks run on several hosts ({} on this one); a ferrocomm team spans the processes \
+                     of one host",
+                    rdv.world(),
+                    rdv.local_ranks().len()
+                ),
+            });
+        }
+        let mesh = FdMesh::connect(&rdv)?;
+        Ok(ProcessGroup { rdv, mesh, allocations: AtomicU64::new(0), modules: Mutex::new(HashSet::new()) })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rdv.rank()
+    }
+
+    /// The number of ranks (processes) in the team.
+    pub fn world(&self) -> usize {
+        self.rdv.world()
+    }
+
+    /// Every rank's `bytes`, in rank order.
+    pub fn all_gather(&self, what: &'static str, bytes: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
+        Ok(self.rdv.all_gather(what, bytes)?)
+    }
+
+    /// Every rank states `statement` about `what`; unless all state the same, every rank returns
+    /// [`Error::Disagreement`] with each rank's statement.
+    pub fn agree(&self, what: &'static str, statement: &str) -> Result<(), Error> {
+        let all = self.all_gather(what, statement.as_bytes())?;
+        if all.iter().all(|s| *s == all[0]) {
+            return Ok(());
+        }
+        let statements = all.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        Err(Error::Disagreement { what, statements })
+    }
+
+    /// The number of the next symmetric allocation of this rank.
+    pub fn next_allocation(&self) -> u64 {
+        self.allocations.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Before `module`'s first launch in this team: every rank must be launching from the same module.
+    pub fn agree_on_module(&self, module: &'static KernelModule) -> Result<(), Error> {
+        if self.modules.lock().unwrap_or_else(PoisonError::into_inner).contains(&module.key()) {
+            return Ok(());
+        }
+        self.agree("the kernel module launched first", &describe_module(module))?;
+        self.modules.lock().unwrap_or_else(PoisonError::into_inner).insert(module.key());
+        Ok(())
+    }
+
+    /// Sends `mine` to every other rank and receives theirs, in rank order (`None` for this rank).
+    pub fn exchange_fds(
+        &self,
+        what: &'static str,
+        mine: BorrowedFd<'_>,
+        tag: &[u8],
+    ) -> Result<Vec<Option<OwnedFd>>, Error> {
+        let received = self.mesh.exchange(what, mine, tag)?;
+        // The mesh orders them like the host's local ranks; the team is one host, so by rank.
+        let mut by_rank: Vec<Option<OwnedFd>> = (0..self.world()).map(|_| None).collect();
+        for (fd, &rank) in received.into_iter().zip(self.mesh.local_ranks()) {
+            by_rank[rank] = fd;
+        }
+        Ok(by_rank)
+    }
+}
+
+/// A module as the agreement check states it: its name and a digest of its PTX.
+fn describe_module(module: &KernelModule) -> String {
+    // FNV-1a: a stable digest (the ranks may be different builds of one program).
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for (arch, ptx) in module.ptx() {
+        for byte in arch.to_le_bytes().iter().chain(ptx.as_bytes()) {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("module `{}` (PTX digest {hash:016x})", module.name())
+}
+
+/// The rendezvous timeout from `FERROCOMM_RENDEZVOUS_TIMEOUT_MS`, else the default.
+pub(crate) fn rendezvous_timeout(env: impl Fn(&str) -> Option<String>) -> Result<Duration, Error> {
+    match env(RENDEZVOUS_TIMEOUT_ENV).filter(|v| !v.trim().is_empty()) {
+        None => Ok(DEFAULT_RENDEZVOUS_TIMEOUT),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+            _ => Err(Error::BadEnv {
+                var: RENDEZVOUS_TIMEOUT_ENV,
+                value: v,
+                expected: "a whole number of milliseconds above zero, e.g. 60000",
+            }),
+        },
+    }
+}

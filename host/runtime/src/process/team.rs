@@ -1,0 +1,92 @@
+//! Building this process's share of a team that spans processes: join the job, agree on the backend,
+//! run this process's one rank on the backend's cross-process variant (the CUDA GPU `LOCAL_RANK` picks, or
+//! an emulated GPU whose memory the other processes map), and learn every rank's device.
+
+use std::sync::Arc;
+
+use ferrocomm_bootstrap::JobEnv;
+
+use super::{ProcessGroup, rendezvous_timeout};
+use crate::cuda::CudaTeam;
+use crate::emu::{EmuTeam, SharedHeap};
+use crate::error::Error;
+use crate::exec::Exec;
+use crate::system;
+use crate::team::builder::Plan;
+use crate::team::{Backend, Device, Team, TeamShared};
+
+/// This process's rank of the job `job`, with what `plan` chose (backend, the GPUs to pick from, timeout).
+pub(crate) fn create(
+    plan: Plan,
+    job: &JobEnv,
+    emulator_checker: Option<bool>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Team, Error> {
+    let group = ProcessGroup::join(job, rendezvous_timeout(&env)?)?;
+    let (rank, world) = (group.rank(), group.world());
+    group.agree("the backend", plan.backend.name())?;
+    let (exec, device): (Box<dyn Exec>, Device) = match plan.backend {
+        Backend::Cuda => {
+            if plan.gpus.is_empty() {
+                return Err(Error::TeamConfig { reason: format!("rank {rank} has no GPU to run on") });
+            }
+            // LOCAL_RANK picks the GPU; more ranks than GPUs share them round-robin.
+            let ordinal = plan.gpus[job.local_rank % plan.gpus.len()];
+            let bus = system::gpu(ordinal)?.pci_bus_id;
+            let buses: Vec<String> = group
+                .all_gather("the ranks' GPUs", bus.as_bytes())?
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect();
+            check_reachable(ordinal, &buses)?;
+            // Kernels of several processes on one GPU: programmatic dependent launch is off, as for ranks
+            // sharing a GPU in one process.
+            let shares = buses.iter().enumerate().any(|(r, b)| r != rank && *b == bus);
+            let exec = CudaTeam::for_process(ordinal, plan.programmatic_launch && !shares)?;
+            (Box::new(exec), Device::Cuda { ordinal })
+        }
+        Backend::Emulator => {
+            let exec = EmuTeam::new(&[rank], emulator_checker, Box::new(SharedHeap::default()))?;
+            (Box::new(exec), Device::Emulated { gpu: rank })
+        }
+    };
+    let devices = gather_devices(&group, device)?;
+    tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
+    let shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
+    Ok(Team { shared: Arc::new(shared) })
+}
+
+/// Every rank's device, as its own process numbers it.
+fn gather_devices(group: &ProcessGroup, mine: Device) -> Result<Vec<Device>, Error> {
+    let encoded = match mine {
+        Device::Cuda { ordinal } => format!("cuda {ordinal}"),
+        Device::Emulated { gpu } => format!("emulated {gpu}"),
+    };
+    group
+        .all_gather("the ranks' devices", encoded.as_bytes())?
+        .iter()
+        .enumerate()
+        .map(|(rank, bytes)| {
+            let text = String::from_utf8_lossy(bytes);
+            let parsed = match text.split_once(' ') {
+                Some(("cuda", n)) => n.parse().ok().map(|ordinal| Device::Cuda { ordinal }),
+                Some(("emulated", n)) => n.parse().ok().map(|gpu| Device::Emulated { gpu }),
+                _ => None,
+            };
+            parsed.ok_or_else(|| Error::TeamConfig { reason: format!("rank {rank} reported its device as {text:?}") })
+        })
+        .collect()
+}
+
+/// GPU `here` must reach every GPU of the team (PCI bus ids `buses`) that this process can see, over
+/// NVLink or PCIe; a GPU that `CUDA_VISIBLE_DEVICES` hides from this process is checked by its own.
+fn check_reachable(here: usize, buses: &[String]) -> Result<(), Error> {
+    let visible = system::gpus()?;
+    for bus in buses {
+        let Some(peer) = visible.iter().find(|g| g.pci_bus_id == *bus) else { continue };
+        if peer.ordinal != here && system::link(here, peer.ordinal)? == system::Link::None {
+            return Err(Error::PeerAccess { a: here, b: peer.ordinal, link: system::Link::None });
+        }
+    }
+    Ok(())
+}
