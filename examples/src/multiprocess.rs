@@ -45,23 +45,15 @@ pub fn run_multiprocess(team: &Team, mut verified: impl FnMut(&str)) -> Result<(
         }
         ok(format!("all-reduce bf16 sum x {len}"), verify::all_reduce::<bf16>(&mut comm, len, Op::Sum, None, 1, seed))?;
         ok(format!("all-reduce f16 max x {len}"), verify::all_reduce::<f16>(&mut comm, len, Op::Max, None, 1, seed))?;
-        ok(
-            format!("reduce-scatter f32 min x {len} per rank"),
-            verify::reduce_scatter::<f32>(&mut comm, len, Op::Min, seed),
-        )?;
+        let what = format!("reduce-scatter f32 min x {len} per rank");
+        ok(what, verify::reduce_scatter::<f32>(&mut comm, len, Op::Min, seed))?;
         ok(format!("all-gather f32 x {len} per rank"), verify::all_gather::<f32>(&mut comm, len, seed))?;
-        ok(
-            format!("broadcast bf16 x {len} from rank {}", world - 1),
-            verify::broadcast::<bf16>(&mut comm, len, world - 1, seed),
-        )?;
-        ok(
-            format!("put u32 x {len} along shift 1"),
-            verify::put_or_get::<u32>(&mut comm, len, len, Route::Shift(1), false, seed),
-        )?;
-        ok(
-            format!("get u32 x {len} along shift 1"),
-            verify::put_or_get::<u32>(&mut comm, len, len, Route::Shift(1), true, seed),
-        )?;
+        let what = format!("broadcast bf16 x {len} from rank {}", world - 1);
+        ok(what, verify::broadcast::<bf16>(&mut comm, len, world - 1, seed))?;
+        for get in [false, true] {
+            let what = format!("{} u32 x {len} along shift 1", if get { "get" } else { "put" });
+            ok(what, verify::put_or_get::<u32>(&mut comm, len, len, Route::Shift(1), get, seed))?;
+        }
     }
     // Rank r sends (r + q) % 3 rows to rank q.
     let counts: Vec<Vec<u32>> = (0..world).map(|r| (0..world).map(|q| ((r + q) % 3) as u32).collect()).collect();
@@ -70,14 +62,11 @@ pub fn run_multiprocess(team: &Team, mut verified: impl FnMut(&str)) -> Result<(
         ok(what, verify::all_to_all::<bf16>(&mut comm, &counts, row_len, 3, 77))?;
     }
     ok("barrier".into(), comm.barrier().and_then(|g| Ok(g.wait()?)).map_err(Into::into))?;
-    ok(
-        "graph of 4 all-reduces f32 x 1000, replayed 3 times".into(),
-        verify::all_reduce_graph::<f32>(&mut comm, 1000, 4, 3, 1, 5),
-    )?;
+    let what = "graph of 4 all-reduces f32 x 1000, replayed 3 times".to_owned();
+    ok(what, verify::all_reduce_graph::<f32>(&mut comm, 1000, 4, 3, 1, 5))?;
     drop(comm);
-    let plan = CustomPlan::for_team(team);
-    run_custom_kernel(team, &plan)?;
-    drop(ok);
-    verified(&format!("custom kernels scaled_put and accumulate x {} with {} graph replays", plan.len, plan.steps));
+    let custom = CustomPlan::for_team(team);
+    run_custom_kernel(team, &custom)?;
+    verified(&format!("custom kernels scaled_put and accumulate x {} with {} graph replays", custom.len, custom.steps));
     Ok(())
 }

@@ -111,7 +111,7 @@ fn divergent_branches_with_disjoint_masks_then_a_full_mask_call_complete() {
             assert_eq!(shfl_idx_sync(mask, lane + 100, src), src + 100, "{order:?} lane {lane}");
             if lane >= 16 {
                 // A second call of the high half alone while the low half may already wait for it below.
-                assert_eq!(vote_ballot_sync(0xffff_0000, lane % 2 == 0), 0x5555_0000, "{order:?}");
+                assert_eq!(vote_ballot_sync(0xffff_0000, lane.is_multiple_of(2)), 0x5555_0000, "{order:?}");
             }
             assert_eq!(vote_ballot_sync(u32::MAX, lane < 4), 0xf, "{order:?} lane {lane}");
         });

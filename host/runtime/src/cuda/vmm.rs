@@ -156,6 +156,7 @@ impl VmmMapping {
     }
 
     /// Its length in bytes (a multiple of the granularity).
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }

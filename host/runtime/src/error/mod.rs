@@ -107,6 +107,31 @@ pub enum Error {
         /// What the system said.
         source: std::io::Error,
     },
+    /// Kernels of this process reported errors (waits that timed out) while ranks of the team had exited:
+    /// their processes are gone, so nothing will ever raise what the waits were waiting for. The team of
+    /// this process can still be dropped cleanly; the job cannot go on.
+    #[error("rank(s) {exited:?} of the team have exited (their processes are gone); here: {errors}")]
+    PeersExited {
+        /// The ranks whose processes have exited.
+        exited: Vec<usize>,
+        /// What this process's kernels reported.
+        errors: DeviceErrors,
+    },
+    /// A process of a job has no GPU of its own: its local rank is past the GPUs it can see.
+    #[error(
+        "rank {rank} (local rank {local_rank}) has no GPU: {gpus} GPU(s) are visible to it with {per_gpu} \
+         process(es) per GPU; start fewer processes per host, or share GPUs with FERROCOMM_RANKS_PER_GPU"
+    )]
+    NoGpuForRank {
+        /// The job rank.
+        rank: usize,
+        /// Its rank among the processes of its host.
+        local_rank: usize,
+        /// The GPUs it can see.
+        gpus: usize,
+        /// Processes per GPU.
+        per_gpu: usize,
+    },
     /// A rank of a team that spans processes, used from a process that does not run it.
     #[error(
         "rank {rank} runs in another process (this one runs rank(s) {local:?}); read, write and launch only \

@@ -40,6 +40,8 @@ pub(crate) struct ProcessGroup {
     allocations: AtomicU64,
     /// Kernel modules whose first launch the ranks agreed on.
     modules: Mutex<HashSet<usize>>,
+    /// Every rank's process id (the team is one host), to tell a dead peer from a slow one.
+    pids: Vec<u32>,
 }
 
 impl ProcessGroup {
@@ -58,7 +60,26 @@ impl ProcessGroup {
             });
         }
         let mesh = FdMesh::connect(&rdv)?;
-        Ok(ProcessGroup { rdv, mesh, allocations: AtomicU64::new(0), modules: Mutex::new(HashSet::new()) })
+        let pids = rdv
+            .all_gather("the ranks' process ids", &std::process::id().to_le_bytes())?
+            .iter()
+            .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
+            .collect();
+        let modules = Mutex::new(HashSet::new());
+        Ok(ProcessGroup { rdv, mesh, allocations: AtomicU64::new(0), modules, pids })
+    }
+
+    /// The ranks whose processes have exited (or been killed): their peers' waits on them can only time
+    /// out. A process that exited but was not reaped yet counts as exited.
+    pub fn exited_ranks(&self) -> Vec<usize> {
+        let gone = |pid: u32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => true,
+            // The state follows the command name in parentheses: Z (zombie) and X (dead) have exited.
+            Ok(stat) => stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        };
+        (0..self.world()).filter(|&r| r != self.rank() && gone(self.pids[r])).collect()
     }
 
     /// This process's rank.

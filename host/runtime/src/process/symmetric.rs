@@ -11,7 +11,7 @@ use crate::team::{Part, TeamShared};
 /// this rank's own, and every peer's mapped here. Fails on every rank alike when the ranks disagree.
 pub(crate) fn allocate(team: &TeamShared, group: &ProcessGroup, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
     let number = group.next_allocation();
-    group.agree("a symmetric allocation", &format!("allocation #{number}: {label} of {bytes} bytes per rank"))?;
+    group.agree("a symmetric allocation", &format!("allocation #{number}: {label} ({bytes} bytes per rank)"))?;
     let rank = group.rank();
     let slot = team.slot(rank)?;
     let own = team.exec.alloc(slot, bytes)?;

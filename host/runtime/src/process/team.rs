@@ -19,19 +19,27 @@ use crate::team::{Backend, Device, Team, TeamShared};
 pub(crate) fn create(
     plan: Plan,
     job: &JobEnv,
+    ranks_per_gpu: Option<usize>,
     emulator_checker: Option<bool>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Team, Error> {
+    let ranks_per_gpu = match ranks_per_gpu {
+        Some(k) => k,
+        None => match env(RANKS_PER_GPU_ENV).filter(|v| !v.trim().is_empty()) {
+            None => 1,
+            Some(v) => v.trim().parse().ok().filter(|&k: &usize| k > 0).ok_or(Error::BadEnv {
+                var: RANKS_PER_GPU_ENV,
+                value: v,
+                expected: "a number of processes per GPU, 1 or more",
+            })?,
+        },
+    };
     let group = ProcessGroup::join(job, rendezvous_timeout(&env)?)?;
     let (rank, world) = (group.rank(), group.world());
     group.agree("the backend", plan.backend.name())?;
     let (exec, device): (Box<dyn Exec>, Device) = match plan.backend {
         Backend::Cuda => {
-            if plan.gpus.is_empty() {
-                return Err(Error::TeamConfig { reason: format!("rank {rank} has no GPU to run on") });
-            }
-            // LOCAL_RANK picks the GPU; more ranks than GPUs share them round-robin.
-            let ordinal = plan.gpus[job.local_rank % plan.gpus.len()];
+            let ordinal = gpu_for(rank, job.local_rank, ranks_per_gpu, &plan.gpus)?;
             let bus = system::gpu(ordinal)?.pci_bus_id;
             let buses: Vec<String> = group
                 .all_gather("the ranks' GPUs", bus.as_bytes())?
@@ -54,6 +62,15 @@ pub(crate) fn create(
     tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
     let shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
     Ok(Team { shared: Arc::new(shared) })
+}
+
+/// The variable that lets several processes of a host share each GPU.
+pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
+
+/// The GPU of the process with local rank `local_rank`, `per_gpu` processes to a GPU of `gpus` (the
+/// ordinals this process may use, in order).
+fn gpu_for(rank: usize, local_rank: usize, per_gpu: usize, gpus: &[usize]) -> Result<usize, Error> {
+    gpus.get(local_rank / per_gpu).copied().ok_or(Error::NoGpuForRank { rank, local_rank, gpus: gpus.len(), per_gpu })
 }
 
 /// Every rank's device, as its own process numbers it.
@@ -89,4 +106,19 @@ fn check_reachable(here: usize, buses: &[String]) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_ranks_pick_their_gpus_and_a_rank_without_one_is_named() {
+        assert_eq!(gpu_for(5, 1, 1, &[0, 1]).unwrap(), 1);
+        assert_eq!(gpu_for(3, 3, 2, &[0, 1]).unwrap(), 1);
+        assert_eq!(gpu_for(1, 1, 2, &[4]).unwrap(), 4);
+        let e = gpu_for(1, 1, 1, &[0]).unwrap_err();
+        assert!(matches!(e, Error::NoGpuForRank { rank: 1, local_rank: 1, gpus: 1, per_gpu: 1 }), "{e}");
+        assert!(e.to_string().contains(RANKS_PER_GPU_ENV), "{e}");
+    }
 }

@@ -165,7 +165,7 @@ impl TeamBuilder {
             }
             // The plan for this process's one rank: its backend, the GPUs it may pick from, the timeout.
             let plan = self.clone().world_unset().plan(env, || system::driver().map(|d| d.gpu_count))?;
-            return process::team::create(plan, &job, self.emulator_checker, env);
+            return process::team::create(plan, &job, self.ranks_per_gpu, self.emulator_checker, env);
         }
         let plan = self.plan(env, || system::driver().map(|d| d.gpu_count))?;
         tracing::info!(

@@ -257,10 +257,15 @@ impl TeamShared {
             all.extend(records);
             lost += dropped;
         }
-        match DeviceErrors::new(all, lost) {
-            Some(errors) => Err(Error::Device(errors)),
-            None => Ok(()),
+        let Some(errors) = DeviceErrors::new(all, lost) else { return Ok(()) };
+        // A wait that timed out in a team that spans processes may have waited on a rank that is gone.
+        if let Some(group) = &self.group {
+            let exited = group.exited_ranks();
+            if !exited.is_empty() {
+                return Err(Error::PeersExited { exited, errors });
+            }
         }
+        Err(Error::Device(errors))
     }
 
     fn take_rank_errors(&self, rank: usize) -> Result<(Vec<DeviceError>, u64), Error> {

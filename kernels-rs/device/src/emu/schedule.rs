@@ -98,7 +98,7 @@ impl Pauses {
     /// blocks arrive first changes from seed to seed.
     pub(crate) fn at_start(&self) {
         let r = self.draw();
-        if r % 4 == 0 {
+        if r.is_multiple_of(4) {
             std::thread::sleep(Duration::from_micros((r >> 8) % 1000));
         }
     }
@@ -106,9 +106,9 @@ impl Pauses {
     /// At a scheduling point: one in eight yields its core, one in 512 sleeps up to 200 µs.
     pub(crate) fn at_point(&self) {
         let r = self.draw();
-        if r % 512 == 0 {
+        if r.is_multiple_of(512) {
             std::thread::sleep(Duration::from_micros((r >> 16) % 200));
-        } else if r % 8 == 0 {
+        } else if r.is_multiple_of(8) {
             std::thread::yield_now();
         }
     }

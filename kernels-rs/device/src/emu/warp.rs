@@ -149,10 +149,9 @@ impl WarpState {
                 break;
             }
         }
-        for i in 0..self.rounds.len() {
-            if can_progress[i] || self.rounds[i].broken.is_some() {
-                continue;
-            }
+        let doomed: Vec<usize> =
+            (0..self.rounds.len()).filter(|&i| !can_progress[i] && self.rounds[i].broken.is_none()).collect();
+        for i in doomed {
             let r = &self.rounds[i];
             let lane = lanes(r.mask & self.live & !r.arrived)
                 .find(|&l| self.round_of(l).is_some())

@@ -1,0 +1,243 @@
+//! Teams that span processes, on the CPU emulator (CI): every collective and the custom kernels with 2 and
+//! 4 processes, each checking its own rank against the CPU reference; and every fault of a job of several
+//! processes, each a typed error on every surviving rank, never a hang: a rank that never joins, one that
+//! dies, mismatched world sizes, duplicate ranks, allocations that differ in size or order, different
+//! kernel modules.
+//!
+//! Each test starts its ranks as processes of this test binary, with the variables torchrun sets and
+//! `FERROCOMM_TEST_SCENARIO` naming what the rank does (the test `rank_process` runs it); a rank prints
+//! `outcome: ...` and exits, and the test reads every rank's output.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferrocomm::{Backend, SymBuffer, Team};
+
+/// The variable that tells a process of this binary which scenario to play as a rank.
+const SCENARIO: &str = "FERROCOMM_TEST_SCENARIO";
+/// Longest any rank may take: a hang fails the test instead of stalling CI.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// What one rank printed and how it ended.
+struct RankOutput {
+    rank: usize,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl RankOutput {
+    fn outcome(&self) -> &str {
+        // libtest has printed `test rank_process ... ` before it on the same line.
+        self.stdout.lines().find_map(|l| l.split_once("outcome: ").map(|(_, o)| o)).unwrap_or("<no outcome>")
+    }
+}
+
+impl std::fmt::Debug for RankOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} (exit {:?}): {}\n--- stderr ---\n{}", self.rank, self.code, self.outcome(), self.stderr)
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// Starts `ranks` (job ranks) of a job of `world` as processes playing `scenario`; `env` adds or overrides
+/// variables per rank. Waits for all of them (killing any past the deadline).
+fn job(
+    scenario: &str,
+    world: usize,
+    ranks: &[usize],
+    env: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<RankOutput> {
+    let rendezvous = format!("127.0.0.1:{}", free_port());
+    let exe = std::env::current_exe().expect("this test binary");
+    let children: Vec<(usize, Child)> = ranks
+        .iter()
+        .map(|&rank| {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
+                .env(SCENARIO, scenario)
+                .env("RANK", rank.to_string())
+                .env("LOCAL_RANK", rank.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_WORLD_SIZE", world.to_string())
+                .env("FERROCOMM_RENDEZVOUS", &rendezvous)
+                .env("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "20000")
+                .env("FERROCOMM_BACKEND", "emulator")
+                .env("FERROCOMM_TIMEOUT_MS", "3000")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env(rank) {
+                cmd.env(k, v);
+            }
+            (rank, cmd.spawn().expect("start a rank"))
+        })
+        .collect();
+    let started = Instant::now();
+    children
+        .into_iter()
+        .map(|(rank, mut child)| {
+            let code = loop {
+                if let Some(status) = child.try_wait().expect("wait") {
+                    break status.code();
+                }
+                if started.elapsed() > DEADLINE {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let (mut stdout, mut stderr) = (String::new(), String::new());
+            child.stdout.take().expect("piped").read_to_string(&mut stdout).expect("stdout");
+            child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("stderr");
+            RankOutput { rank, code, stdout, stderr }
+        })
+        .collect()
+}
+
+fn no_env(_: usize) -> Vec<(&'static str, String)> {
+    Vec::new()
+}
+
+/// Every rank ended with status 0 and said so.
+fn assert_all_ok(outputs: &[RankOutput]) {
+    for o in outputs {
+        assert!(o.code == Some(0) && o.outcome().starts_with("ok"), "{o:?}");
+    }
+}
+
+/// Every rank failed with an outcome containing each of `needles`.
+fn assert_all_fail(outputs: &[RankOutput], needles: &[&str]) {
+    for o in outputs {
+        assert_ne!(o.code, None, "rank {} hung: {o:?}", o.rank);
+        let outcome = o.outcome();
+        assert!(outcome.starts_with("error"), "{o:?}");
+        for n in needles {
+            assert!(outcome.contains(n), "rank {}: {n:?} not in {outcome:?}", o.rank);
+        }
+    }
+}
+
+#[test]
+fn every_collective_across_two_and_four_processes() {
+    for world in [2, 4] {
+        let ranks: Vec<usize> = (0..world).collect();
+        let outputs = job("collectives", world, &ranks, no_env);
+        assert_all_ok(&outputs);
+        for o in &outputs {
+            let checks = o.stdout.lines().filter(|l| l.starts_with("verified")).count();
+            assert!(checks >= 40, "rank {} of {world} verified only {checks} checks: {o:?}", o.rank);
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named_by_the_ranks_that_did() {
+    let outputs = job("join", 3, &[0, 1], |_| vec![("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "1500".into())]);
+    assert_all_fail(&outputs, &["2"]);
+    assert!(outputs[0].outcome().contains("never joined") || outputs[0].outcome().contains("missing"), "{outputs:?}");
+}
+
+#[test]
+fn a_rank_that_dies_mid_collective_is_named_and_the_survivor_exits_cleanly() {
+    let outputs = job("dies", 2, &[0, 1], no_env);
+    let survivor = &outputs[0];
+    assert_eq!(survivor.code, Some(1), "{survivor:?}");
+    let outcome = survivor.outcome();
+    assert!(
+        outcome.contains("rank(s) [1]") && outcome.contains("exited") && outcome.contains("timed out"),
+        "{outcome}"
+    );
+    assert_ne!(outputs[1].code, Some(0), "{:?}", outputs[1]);
+}
+
+#[test]
+fn mismatched_world_sizes_and_duplicate_ranks_are_typed_errors() {
+    let outputs = job("join", 2, &[0, 1], |rank| {
+        if rank == 1 { vec![("WORLD_SIZE", "3".into()), ("LOCAL_WORLD_SIZE", "3".into())] } else { Vec::new() }
+    });
+    for o in &outputs {
+        assert!(o.outcome().starts_with("error") && o.outcome().contains('3'), "{o:?}");
+    }
+    let outputs = job("join", 3, &[0, 1, 1], no_env);
+    for o in &outputs {
+        assert!(o.outcome().starts_with("error") && o.outcome().contains("rank 1"), "{o:?}");
+    }
+}
+
+#[test]
+fn allocations_of_different_sizes_or_order_fail_on_every_rank() {
+    let outputs = job("sizes", 2, &[0, 1], no_env);
+    assert_all_fail(&outputs, &["disagree", "10 elements", "20 elements", "rank 0", "rank 1"]);
+    let outputs = job("order", 2, &[0, 1], no_env);
+    assert_all_fail(&outputs, &["disagree", "SymBuffer<f32>", "SymBuffer<u32>"]);
+}
+
+#[test]
+fn launching_from_different_kernel_modules_fails_on_every_rank() {
+    let outputs = job("modules", 2, &[0, 1], no_env);
+    assert_all_fail(&outputs, &["disagree", "custom_kernel", "ferrocomm_runtime_kernels"]);
+}
+
+/// One rank of a scenario, when this binary runs as a rank (else nothing: the test passes trivially).
+#[test]
+fn rank_process() {
+    let Ok(scenario) = std::env::var(SCENARIO) else { return };
+    let outcome = match play(&scenario) {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("error: {e}"),
+    };
+    println!("outcome: {outcome}");
+    std::process::exit(if outcome == "ok" { 0 } else { 1 });
+}
+
+fn play(scenario: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let team = Team::from_env()?;
+    assert!(team.spans_processes() && team.backend() == Backend::Emulator);
+    let rank = team.local_ranks()[0];
+    match scenario {
+        "join" => {}
+        "collectives" => ferrocomm_examples::multiprocess::run_multiprocess(&team, |what| println!("verified {what}"))?,
+        "dies" => {
+            let mut comm = ferrocomm_kernels::Communicator::new(&team)?;
+            let mut buf = SymBuffer::<f32>::new(&team, 64)?;
+            comm.all_reduce(&mut buf, ferrocomm_kernels::Op::Sum)?.wait()?;
+            let guard = comm.all_reduce(&mut buf, ferrocomm_kernels::Op::Sum)?;
+            if rank == 1 {
+                // Gone without a word while its kernel runs, as a process the OOM killer takes is.
+                std::process::abort();
+            }
+            guard.wait()?;
+        }
+        "sizes" => {
+            let _buf = SymBuffer::<f32>::new(&team, if rank == 0 { 10 } else { 20 })?;
+        }
+        "order" => {
+            if rank == 0 {
+                let _a = SymBuffer::<f32>::new(&team, 8)?;
+                let _b = SymBuffer::<u32>::new(&team, 8)?;
+            } else {
+                let _b = SymBuffer::<u32>::new(&team, 8)?;
+                let _a = SymBuffer::<f32>::new(&team, 8)?;
+            }
+        }
+        "modules" => {
+            let mut acc = SymBuffer::<f32>::new(&team, 8)?;
+            let inbox = SymBuffer::<f32>::new(&team, 8)?;
+            let mut stamps = SymBuffer::<u32>::new(&team, 8)?;
+            let cfg = ferrocomm::LaunchConfig::new(1, 32);
+            if rank == 0 {
+                custom_kernel::accumulate::launch(&team, cfg, &mut acc, &inbox)?.wait()?;
+            } else {
+                ferrocomm_runtime_kernels::host::stamp_rank(&team, cfg, &mut stamps)?.wait()?;
+            }
+        }
+        other => panic!("no scenario {other}"),
+    }
+    Ok(())
+}
