@@ -112,12 +112,12 @@ pub fn all_reduce<T: Reducible + Sample>(
     // A direct call: fill every rank, reduce, compare every rank with the CPU reference.
     let inputs: Vec<Vec<T>> = (0..world).map(|rank| pattern(seed, rank, elements)).collect();
     let mut buf = SymBuffer::<T>::new(team, elements)?;
-    for (rank, data) in inputs.iter().enumerate() {
-        buf.copy_from_host(rank, data)?;
+    for rank in team.local_ranks() {
+        buf.copy_from_host(rank, &inputs[rank])?;
     }
     comm.all_reduce_with(&mut buf, op, algorithm)?.wait()?;
     let expected = reference::all_reduce(&inputs, op);
-    for rank in 0..world {
+    for rank in team.local_ranks() {
         check_equal(&what("direct call"), rank, &expected, &buf.to_host(rank)?)?;
     }
 
@@ -132,12 +132,12 @@ pub fn all_reduce<T: Reducible + Sample>(
     let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
 
     // One more replay from fresh inputs: every rank must hold the reference applied `ops` times.
-    for (rank, data) in inputs.iter().enumerate() {
-        buf.copy_from_host(rank, data)?;
+    for rank in team.local_ranks() {
+        buf.copy_from_host(rank, &inputs[rank])?;
     }
     graph.replay()?.wait()?;
     let expected = repeated_all_reduce(&inputs, op, ops);
-    for rank in 0..world {
+    for rank in team.local_ranks() {
         check_equal(&what(&format!("graph of {ops} calls")), rank, &expected, &buf.to_host(rank)?)?;
     }
     Ok(AllReduceResult { dtype: T::NAME, elements, bytes, op, algorithm, world, timing })

@@ -110,7 +110,7 @@ pub fn dispatch_and_combine(
     }
     let mut send = SymBuffer::<bf16>::new(team, cap * hidden)?;
     let mut send_counts = SymBuffer::<u32>::new(team, world)?;
-    for rank in 0..world {
+    for rank in team.local_ranks() {
         send.copy_from_host(rank, &sends[rank])?;
         send_counts.copy_from_host(rank, &counts[rank])?;
     }
@@ -122,7 +122,8 @@ pub fn dispatch_and_combine(
     let expected = reference::all_to_all(&sends, &counts, hidden);
     let check_dispatch = |recv: &SymBuffer<bf16>, recv_counts: &SymBuffer<u32>, stage: &str| {
         let what = format!("MoE dispatch {tokens} x {hidden} ({stage})");
-        for (rank, got) in expected.iter().enumerate() {
+        for rank in team.local_ranks() {
+            let got = &expected[rank];
             check_equal(&format!("{what}, counts"), rank, &got.counts, &recv_counts.to_host(rank)?)?;
             let held = recv.to_host(rank)?;
             for (src, rows) in got.rows.iter().enumerate() {
@@ -136,7 +137,8 @@ pub fn dispatch_and_combine(
 
     // The expert: scale the received rows and pack them in source order — the combine's send layout.
     let mut expert_out = SymBuffer::<bf16>::new(team, world * cap * hidden)?;
-    for (q, got) in expected.iter().enumerate() {
+    for q in team.local_ranks() {
+        let got = &expected[q];
         let mut packed: Vec<bf16> = got.rows.iter().flat_map(|rows| expert(rows, q)).collect();
         packed.resize(world * cap * hidden, bf16::default());
         expert_out.copy_from_host(q, &packed)?;
@@ -148,7 +150,8 @@ pub fn dispatch_and_combine(
     comm.all_to_all(&expert_out, &recv_counts, &mut back, &mut back_counts, hidden, cap)?.wait()?;
     let check_combine = |back: &SymBuffer<bf16>, back_counts: &SymBuffer<u32>, stage: &str| {
         let what = format!("MoE combine {tokens} x {hidden} ({stage})");
-        for (rank, (tokens_by_dst, rows)) in order.iter().enumerate() {
+        for rank in team.local_ranks() {
+            let (tokens_by_dst, rows) = &order[rank];
             check_equal(&format!("{what}, counts"), rank, &counts[rank], &back_counts.to_host(rank)?)?;
             let held = back.to_host(rank)?;
             // The tokens for expert q fill slot q of the reply in the packed (send) order.
