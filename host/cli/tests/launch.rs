@@ -257,3 +257,44 @@ fn sigterm_to_the_launcher_stops_every_rank() {
         assert!(!PathBuf::from(format!("/proc/{pid}")).exists(), "rank process {pid} outlived the launcher");
     }
 }
+
+/// A rank of a real team when `ferrocomm launch` started this test binary (else nothing): each rank puts
+/// `2 * (rank + 1)` into the next rank's inbox with the custom kernel, across processes, and checks its own.
+#[test]
+fn team_rank() {
+    if std::env::var_os("FERROCOMM_LAUNCH_TEAM_TEST").is_none() {
+        return;
+    }
+    use ferrocomm::{LaunchConfig, SignalPadBuffer, SymBuffer, Team};
+    let team = Team::from_env().expect("the team of the launched processes");
+    assert!(team.spans_processes());
+    let (rank, world) = (team.local_ranks()[0], team.world());
+    let mut src = SymBuffer::<f32>::new(&team, 100).unwrap();
+    src.fill(rank as f32 + 1.0).unwrap();
+    let mut inbox = SymBuffer::<f32>::new(&team, 100).unwrap();
+    let pad = SignalPadBuffer::new(&team, "ring", custom_kernel::PAD_SIGNALS).unwrap();
+    custom_kernel::scaled_put::launch(&team, LaunchConfig::new(2, 32), &src, &mut inbox, &pad, 2.0)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let prev = (rank + world - 1) % world;
+    assert_eq!(inbox.to_host(rank).unwrap(), vec![2.0 * (prev as f32 + 1.0); 100]);
+    println!("rank {rank} received from rank {prev}");
+}
+
+#[test]
+fn launched_processes_form_one_team_on_the_emulator() {
+    let exe = std::env::current_exe().expect("the test knows its own path");
+    let mut command = Command::new(ferrocomm_binary());
+    command
+        .args(["launch", "-n", "3", "--emulator", "--"])
+        .arg(exe)
+        .args(["--exact", "team_rank", "--nocapture", "--test-threads=1"])
+        .env("FERROCOMM_LAUNCH_TEAM_TEST", "1");
+    let out = run(command);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+    for (rank, prev) in [(0, 2), (1, 0), (2, 1)] {
+        let said = format!("rank {rank} received from rank {prev}");
+        assert!(rank_lines(&out.stdout, rank).iter().any(|l| l.contains(&said)), "{}", out.stdout);
+    }
+}

@@ -1,6 +1,7 @@
-//! Teams: the ranks of one process, each a GPU (or a share of one) with its own stream, memory and module
-//! instances. Choosing one: [`TeamBuilder`]. Peer access is enabled in `cuda/peer.rs`; ranks run in the
-//! `cuda` and `emu` backends.
+//! Teams: ranks, each a GPU (or a share of one) with its own stream, memory and module instances — all in
+//! this process, or one per process of a job (`process`). Choosing one: [`TeamBuilder`]. The core here
+//! keeps the ranks, their devices and error slots; the backends behind the `exec` seam run them (`cuda`,
+//! `emu`). Peer access is enabled in `cuda/peer.rs`.
 
 pub(crate) mod builder;
 mod shared;
@@ -63,7 +64,7 @@ impl fmt::Display for Device {
     }
 }
 
-/// The ranks of this process that run one kernel together.
+/// The ranks that run one kernel together: every rank in this process, or one rank per process of a job.
 ///
 /// ```no_run
 /// use ferrocomm::{Team, SymBuffer};
@@ -87,7 +88,9 @@ impl Team {
 
     /// The team the environment asks for: `FERROCOMM_BACKEND=cuda|emulator|auto` (default `auto`: every GPU
     /// when a driver and a GPU exist, else the emulator with `FERROCOMM_WORLD` ranks, default 2), and
-    /// `FERROCOMM_TIMEOUT_MS`. The choice is logged (`tracing`, info) and [`Team::backend`] tells it.
+    /// `FERROCOMM_TIMEOUT_MS`. Under a launcher (torchrun, mpirun, srun, `ferrocomm launch`: their variables
+    /// are set) the process joins the job instead, and the team spans its processes, one rank each
+    /// ([`Team::spans_processes`]). The choice is logged (`tracing`, info) and [`Team::backend`] tells it.
     pub fn from_env() -> Result<Team, Error> {
         TeamBuilder::new().build()
     }
