@@ -153,10 +153,15 @@ fn a_hanging_rank_is_stopped_after_the_grace_period() {
 
 #[test]
 fn a_rank_that_ignores_sigterm_is_killed_2_s_later() {
-    let out = run(launch_sh(
-        &["-n", "2", "--grace", "0"],
-        r#"[ "$RANK" = 1 ] && exit 5; trap "" TERM; sleep 30; echo not killed"#,
-    ));
+    // Rank 1 fails only once rank 0 ignores SIGTERM: on a loaded machine rank 0 may not have reached its
+    // `trap` when rank 1 exits, and would then die of the SIGTERM at once.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let ready = dir.path().join("trapped");
+    let script = format!(
+        r#"if [ "$RANK" = 1 ]; then while [ ! -e '{0}' ]; do sleep 0.01; done; exit 5; fi; trap "" TERM; touch '{0}'; sleep 30; echo not killed"#,
+        ready.display()
+    );
+    let out = run(launch_sh(&["-n", "2", "--grace", "0"], &script));
     assert_eq!(out.code, Some(5), "{}", out.stderr);
     assert!(out.took >= Duration::from_millis(1900), "SIGKILL waits 2 s after SIGTERM: {:?}", out.took);
     assert!(out.took < Duration::from_secs(7), "{:?}", out.took);
