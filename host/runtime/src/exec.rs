@@ -107,6 +107,13 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
         Err(Error::Unsupported { what: "unmapping another process's memory", backend: self.name() })
     }
 
+    /// A count that grows while the backend's kernels visibly move on (the emulator counts thread starts
+    /// and ends); the host watchdog measures its deadline from the last change. GPUs report nothing (0):
+    /// their kernels run at the GPU's speed whatever the host does, so the deadline counts from the enqueue.
+    fn progress(&self) -> u64 {
+        0
+    }
+
     /// The backend's name in errors.
     fn name(&self) -> &'static str;
 }

@@ -53,6 +53,8 @@ pub(crate) struct EmuTeam {
     ranks: Vec<EmuRank>,
     /// Where the ranks' memory comes from (shared with other processes in a team that spans them).
     heap: Box<dyn Heap>,
+    /// Thread starts and ends of every launch (see `Exec::progress`).
+    progress: Arc<AtomicU64>,
     recording: Mutex<Option<Vec<Recorded>>>,
     /// Whether the emulator's checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
     checker: Option<bool>,
@@ -100,7 +102,7 @@ impl EmuTeam {
                 Ok(EmuRank { rank, tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(EmuTeam { ranks, heap, recording: Mutex::new(None), checker })
+        Ok(EmuTeam { ranks, heap, progress: Arc::new(AtomicU64::new(0)), recording: Mutex::new(None), checker })
     }
 
     fn submit(&self, slot: usize, job: Job) -> Result<(), Error> {
@@ -163,6 +165,7 @@ impl EmuTeam {
                 Some(all) => all.clone(),
                 None => TeamLaunch::one_rank(world, rank as u32, cfg.grid, cfg.block, shared_bytes, checked),
             };
+            team_launch.report_progress(Arc::clone(&self.progress));
             let emulate = kernel.emulate;
             let name = kernel.name;
             let submitted = self.submit(
@@ -284,6 +287,10 @@ impl Exec for EmuTeam {
     unsafe fn unmap(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
         // SAFETY: per the contract, a mapping of `import` that nothing uses any more.
         unsafe { heap::unmap(addr, bytes) }
+    }
+
+    fn progress(&self) -> u64 {
+        self.progress.load(Ordering::Relaxed)
     }
 
     fn name(&self) -> &'static str {

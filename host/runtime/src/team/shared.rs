@@ -197,14 +197,18 @@ impl TeamShared {
         Ok(())
     }
 
-    /// Polls every rank's stream until all are idle; past `started + timeout + 1 s` (one timeout per
-    /// launch still queued) the team is poisoned and the busy rank named. Never blocks in the driver, so it
+    /// Polls every local rank's stream until all are idle; past `started + timeout + 1 s` (one timeout per
+    /// launch still queued; on the emulator, counted from its last sign of progress instead of `started`)
+    /// the team is poisoned and the busy rank named. Never blocks in the driver, so it
     /// never hangs. A rank that fails (a trapped kernel, a dead emulator thread) does not end the wait
     /// early: the others may still use the memory.
     pub fn wait_idle(&self, started: Instant) -> Result<(), Error> {
         self.check_usable()?;
         let queued = self.in_flight.load(Ordering::Acquire).max(1) as u32;
-        let deadline = started + self.timeout.saturating_mul(queued) + HOST_GRACE;
+        let allowance = self.timeout.saturating_mul(queued) + HOST_GRACE;
+        // Counted from the enqueue, or from the backend's last sign of progress (an emulated grid on a
+        // loaded host is slow, not stuck, while its threads keep starting and ending).
+        let (mut progress, mut since) = (self.exec.progress(), started);
         let mut pending: Vec<usize> = self.local.clone();
         let mut failure: Option<Error> = None;
         let mut polls = 0u32;
@@ -217,7 +221,11 @@ impl TeamShared {
                 }
             });
             let Some(&rank) = pending.first() else { break };
-            if Instant::now() >= deadline {
+            let now = self.exec.progress();
+            if now != progress {
+                (progress, since) = (now, Instant::now());
+            }
+            if Instant::now() >= since + allowance {
                 self.poisoned.store(true, Ordering::Release);
                 tracing::error!(
                     rank,

@@ -123,6 +123,7 @@ fn unlinear(i: u32, dim: [u32; 3]) -> [u32; 3] {
 /// Runs the kernel as one emulated thread, then tells the block it exited.
 fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
     emu_thread::set_current(Some(state.clone()));
+    state.launch.session.progressed();
     state.pauses.at_start();
     let result = panic::catch_unwind(AssertUnwindSafe(kernel));
     if let Err(payload) = result
@@ -140,6 +141,7 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
     check::thread_ended(&state, !state.launch.is_trapped());
     emu_thread::set_current(None);
     state.block.thread_exited(state.linear_tid);
+    state.launch.session.progressed();
 }
 
 pub(crate) fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Result<(u32, u32), EmuError> {

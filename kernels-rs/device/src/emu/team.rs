@@ -3,6 +3,7 @@
 //! (a race between ranks, a signal no rank raised, ranks that disagree on a barrier epoch), and which
 //! finishes its cross-rank checks when the last rank's grid ends.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::EmuError;
@@ -40,6 +41,8 @@ pub(crate) struct Session {
     pub(crate) checker: Option<Checker>,
     /// The seed of the threads' pauses (see `schedule`).
     pub(crate) seed: u64,
+    /// Counts every thread start and end, when someone watches the launch's progress.
+    progress: OnceLock<Arc<AtomicU64>>,
     ranks: Mutex<Ranks>,
 }
 
@@ -64,7 +67,15 @@ impl Session {
         let slots = if alone.is_some() { 1 } else { world as usize };
         let ranks = Ranks { started: vec![false; slots], trapped: vec![false; slots], finished: 0 };
         let seed = schedule::next_launch_seed();
-        Session { world, grid, block, dynamic_shared_bytes, alone, checker, seed, ranks: Mutex::new(ranks) }
+        let progress = OnceLock::new();
+        Session { world, grid, block, dynamic_shared_bytes, alone, checker, seed, progress, ranks: Mutex::new(ranks) }
+    }
+
+    /// A thread started or ended.
+    pub(crate) fn progressed(&self) {
+        if let Some(p) = self.progress.get() {
+            p.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The bookkeeping slot of `rank`.
@@ -176,6 +187,13 @@ impl TeamLaunch {
     /// `false`.
     pub fn checked_by_default() -> bool {
         checked_by_default()
+    }
+
+    /// Counts into `progress` every start and end of a thread of this launch, so a watchdog can tell a
+    /// grid that runs slowly (on a loaded host every emulated thread is slow) from one that is stuck.
+    /// Call it before the ranks run; a second call is ignored.
+    pub fn report_progress(&self, progress: Arc<AtomicU64>) {
+        let _ = self.session.progress.set(progress);
     }
 
     /// Whether the checker watches this launch.
