@@ -200,6 +200,23 @@ pub enum BackendError {
         /// Why, and what provides it.
         reason: String,
     },
+    /// The mode or operation runs in one process, and this process is one rank of a job a launcher
+    /// started (torchrun, `ferrocomm launch`, mpirun, srun): it cannot run there.
+    #[error(
+        "{what} runs in one process, but this process is rank {rank} of a job of {world} processes (a launcher's \
+         variables are set); run it without the launcher (`ferrocomm bench --modes {mode} ...`) and add its \
+         data.json to this report with --merge"
+    )]
+    OneProcessOnly {
+        /// The mode.
+        mode: Mode,
+        /// What cannot run (a mode, a series, an operation).
+        what: String,
+        /// This process's rank.
+        rank: usize,
+        /// The processes of the job.
+        world: usize,
+    },
     /// An error from a backend implemented outside this crate.
     #[error("{mode}: {source}")]
     External {

@@ -5,13 +5,26 @@
 //! ferrocomm bench --quick                            # the headline sizes only, table on stdout
 //! ferrocomm bench --ops all-reduce --modes gpu,nccl --sizes 8KiB..256MiB:4 --anchors symm.txt --out bench
 //! ferrocomm bench --from bench/data.json --anchors symm.txt --out bench   # redraw from saved data
+//!
+//! # the gpu mode with one process per GPU (series gpu-procs), beside the single-process gpu series:
+//! ferrocomm bench --ops all-reduce --modes gpu --out single
+//! ferrocomm launch -n 2 -- ferrocomm bench --ops all-reduce --merge single/data.json --out bench
+//! torchrun --no-python --nproc-per-node 2 ferrocomm bench --ops all-reduce --merge single/data.json --out bench
 //! ```
+//!
+//! Under a launcher (its variables set: torchrun, `ferrocomm launch`, mpirun, srun) every process runs the
+//! same sweep on the team of the job's processes, one rank each: the gpu mode's collectives, reported as
+//! the `gpu-procs` series. Only rank 0 prints the tables and writes the report; the other ranks measure the
+//! same points (their kernels are rank 0's peers) and print one line. The modes and operations that run in
+//! one process (proxy, cpu, nccl; ping-pong, put) are refused there with [`CliError::OneProcessOnly`];
+//! without `--modes` and `--ops` a launched run measures what it can.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Parser};
+use ferrocomm_bootstrap::{BootstrapError, JobEnv};
 use thiserror::Error;
 
 use crate::anchors::{AnchorError, read_anchor_file};
@@ -68,7 +81,8 @@ pub struct BenchArgs {
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
-    /// GPU ordinals to use, in rank order [default: every visible GPU].
+    /// GPU ordinals to use, in rank order [default: every visible GPU]. FERROCOMM_RANKS_PER_GPU=k puts k
+    /// ranks on each (k processes under a launcher, each picking its GPU by LOCAL_RANK from these).
     #[arg(long, value_delimiter = ',', value_name = "ORDINALS")]
     pub gpus: Option<Vec<usize>>,
     /// Time eager launches only, no CUDA-graph replay.
@@ -87,6 +101,10 @@ pub struct BenchArgs {
     /// Read the measurements from a data.json instead of measuring (to redraw a report).
     #[arg(long, value_name = "FILE")]
     pub from: Option<PathBuf>,
+    /// Add the points of another run's data.json to this report, e.g. the single-process run beside one
+    /// under a launcher (gpu beside gpu-procs); repeatable. A series and size both hold is an error.
+    #[arg(long, value_name = "FILE")]
+    pub merge: Vec<PathBuf>,
     /// Write the report folder (README.md, data.json, data.csv, plots) here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -119,6 +137,40 @@ pub enum CliError {
         path: PathBuf,
         /// Why.
         message: String,
+    },
+    /// The launcher's variables do not describe a job (a rank or size missing or out of range).
+    #[error("the launcher's variables do not describe a job: {0}")]
+    Launcher(#[from] BootstrapError),
+    /// Under a launcher, modes or operations that run in one process were asked for.
+    #[error(
+        "this process is rank {rank} of a job of {world} processes (a launcher's variables are set), where \
+         ferrocomm bench runs the gpu mode's collectives with one process per GPU (the gpu-procs series: --modes \
+         gpu --ops all-reduce,all-gather,all-to-all); {what} run in one process: run them without the launcher \
+         (`ferrocomm bench {what} --out DIR`) and add that run's DIR/data.json to this report with --merge"
+    )]
+    OneProcessOnly {
+        /// What was asked for, as options (`--modes proxy,cpu --ops put`).
+        what: String,
+        /// This process's rank.
+        rank: usize,
+        /// The processes of the job.
+        world: usize,
+    },
+    /// A `--merge` file has a point of a series and size this run has too.
+    #[error(
+        "cannot merge {path}: it has {series} {op} at {size}, and so does this run (merge runs of different \
+         series or sizes)",
+        size = crate::sizes::format_size(*bytes)
+    )]
+    MergeOverlap {
+        /// The file.
+        path: PathBuf,
+        /// The series both have.
+        series: String,
+        /// The operation.
+        op: Operation,
+        /// The size.
+        bytes: u64,
     },
     /// No mode produced a figure and there was nothing else to report.
     #[error("nothing measured:\n{reasons}")]
@@ -230,27 +282,56 @@ fn dedup<T: PartialEq + Copy>(items: &[T]) -> Vec<T> {
 
 /// Environment variables that change what NCCL and torch do, recorded with the run.
 const ENV_NOTED: [&str; 5] = ["NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "CUDA_VISIBLE_DEVICES", "FERROCOMM_"];
+/// ... except where a launcher's processes meet (a port of the moment).
+const ENV_IGNORED: [&str; 1] = ["FERROCOMM_RENDEZVOUS"];
 
 /// Runs `args` with the modes of `opener`, prints the tables and crossovers, writes the report when asked,
 /// and returns the data. `command` is recorded in the report.
+///
+/// Under a launcher (see the module's documentation) only rank 0 merges, prints and writes; the other
+/// ranks return what they measured.
 pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> Result<BenchData, CliError> {
+    let job = JobEnv::from_env()?;
+    let reporting = job.as_ref().is_none_or(|job| job.rank == 0);
     let mut data = match &args.from {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?;
-            from_json(&text).map_err(|e| CliError::Data { path: path.clone(), message: e.to_string() })?
-        }
+        Some(path) => read_data(path)?,
         None => {
             let mut plan = args.plan();
+            let mut modes = args.modes();
+            if let Some(job) = &job {
+                refuse_one_process_only(args, job)?;
+                if args.ops.is_empty() {
+                    plan.ops.retain(|op| op.is_collective());
+                }
+                if args.modes.is_empty() {
+                    modes = vec![Mode::Gpu];
+                }
+            }
             for path in &args.anchors {
                 let rows = read_anchor_file(path, args.anchor_world.unwrap_or(2))?;
                 plan.sizes.extend(rows.iter().filter(|m| plan.ops.contains(&m.op)).map(|m| m.bytes));
             }
             plan.sizes.sort_unstable();
             plan.sizes.dedup();
-            measure_all(plan, args, opener, command)
+            measure_all(plan, args, &modes, opener, command, reporting)
         }
     };
+    if let (Some(job), false) = (&job, reporting) {
+        if data.measurements.is_empty() {
+            return Err(nothing_measured(&skipped_lines(&data)));
+        }
+        eprintln!(
+            "rank {} of {}: {} points measured, {} not; rank 0 prints the tables and writes the report",
+            job.rank,
+            job.world,
+            data.measurements.len(),
+            data.skipped.len()
+        );
+        return Ok(data);
+    }
+    for path in &args.merge {
+        merge(&mut data, path)?;
+    }
     let world = args
         .anchor_world
         .or_else(|| {
@@ -258,20 +339,21 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
         })
         .unwrap_or(2);
     for path in &args.anchors {
-        data.measurements.extend(read_anchor_file(path, world)?);
+        for row in read_anchor_file(path, world)? {
+            // A merged run that read the same file has these rows already.
+            if !data.measurements.contains(&row) {
+                data.measurements.push(row);
+            }
+        }
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        data.meta.notes.push(format!("Anchor figures read from `{name}` ({world} GPUs)."));
+        let note = format!("Anchor figures read from `{name}` ({world} GPUs).");
+        if !data.meta.notes.contains(&note) {
+            data.meta.notes.push(note);
+        }
     }
-    let skipped: Vec<String> = report::table::skipped_rows(&data)
-        .into_iter()
-        .map(|row| {
-            let size = if row[2] == "all" { "all sizes" } else { row[2].as_str() };
-            format!("{} ({}; {size}): {}", row[1], row[0], row[3])
-        })
-        .collect();
+    let skipped = skipped_lines(&data);
     if data.measurements.is_empty() {
-        let reasons: Vec<String> = skipped.iter().map(|s| format!("  {s}")).collect();
-        return Err(CliError::NothingMeasured { reasons: reasons.join("\n") });
+        return Err(nothing_measured(&skipped));
     }
 
     print!("{}", report::table::terminal_report(&data));
@@ -291,8 +373,107 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
     Ok(data)
 }
 
-/// Opens each mode (each proxy depth), sweeps it, and collects points, skips and notes.
-fn measure_all(plan: Plan, args: &BenchArgs, opener: &mut dyn BackendOpener, command: &str) -> BenchData {
+/// What was not measured, one line per series, size and reason.
+fn skipped_lines(data: &BenchData) -> Vec<String> {
+    report::table::skipped_rows(data)
+        .into_iter()
+        .map(|row| {
+            let size = if row[2] == "all" { "all sizes" } else { row[2].as_str() };
+            format!("{} ({}; {size}): {}", row[1], row[0], row[3])
+        })
+        .collect()
+}
+
+fn nothing_measured(skipped: &[String]) -> CliError {
+    let reasons: Vec<String> = skipped.iter().map(|s| format!("  {s}")).collect();
+    CliError::NothingMeasured { reasons: reasons.join("\n") }
+}
+
+/// Reads a data.json written by `ferrocomm bench`.
+fn read_data(path: &Path) -> Result<BenchData, CliError> {
+    let error = |message: String| CliError::Data { path: path.to_owned(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+    from_json(&text).map_err(|e| error(e.to_string()))
+}
+
+/// Under a launcher: the modes and operations asked for that run in one process, as an error.
+fn refuse_one_process_only(args: &BenchArgs, job: &JobEnv) -> Result<(), CliError> {
+    let names = |items: Vec<String>| items.join(",");
+    let modes: Vec<String> =
+        dedup(&args.modes).into_iter().filter(|m| *m != Mode::Gpu).map(|m| m.to_string()).collect();
+    let ops: Vec<String> =
+        dedup(&args.ops).into_iter().filter(|op| !op.is_collective()).map(|op| op.to_string()).collect();
+    let mut what = Vec::new();
+    if !modes.is_empty() {
+        what.push(format!("--modes {}", names(modes)));
+    }
+    if !ops.is_empty() {
+        what.push(format!("--ops {}", names(ops)));
+    }
+    if what.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::OneProcessOnly { what: what.join(" "), rank: job.rank, world: job.world })
+}
+
+/// Adds the points, skips and notes of the data.json at `path` to `data`, with a note naming the file.
+fn merge(data: &mut BenchData, path: &Path) -> Result<(), CliError> {
+    let other = read_data(path)?;
+    let same = |a: &crate::model::Measurement, b: &crate::model::Measurement| {
+        a.op == b.op && a.series() == b.series() && a.bytes == b.bytes && a.dtype == b.dtype
+    };
+    for m in other.measurements.iter().filter(|m| m.mode != Mode::Anchor) {
+        if data.measurements.iter().any(|d| same(d, m)) {
+            let series = m.series().to_string();
+            return Err(CliError::MergeOverlap { path: path.to_owned(), series, op: m.op, bytes: m.bytes });
+        }
+    }
+    let name = path.display().to_string();
+    for m in other.measurements {
+        // The same anchor file given to both runs gives the same rows: keep one.
+        if !(m.mode == Mode::Anchor && data.measurements.contains(&m)) {
+            data.measurements.push(m);
+        }
+    }
+    for s in other.skipped {
+        if !data.skipped.contains(&s) {
+            data.skipped.push(s);
+        }
+    }
+    let meta = &mut data.meta;
+    if meta.devices.is_empty() {
+        meta.devices = other.meta.devices;
+    }
+    meta.driver = meta.driver.take().or(other.meta.driver);
+    meta.nccl = meta.nccl.take().or(other.meta.nccl);
+    for note in other.meta.notes {
+        if meta.notes.contains(&note) {
+            continue;
+        }
+        let note = match note.strip_prefix("Environment: ") {
+            Some(env) => format!("Environment of `{name}`: {env}"),
+            None => note,
+        };
+        if !meta.notes.contains(&note) {
+            meta.notes.push(note);
+        }
+    }
+    let when = crate::report::readme::format_utc(other.meta.created_unix_s);
+    let command = if other.meta.command.is_empty() { String::new() } else { format!(", `{}`", other.meta.command) };
+    meta.notes.push(format!("Merged: the points of `{name}` (measured {when}{command})."));
+    Ok(())
+}
+
+/// Opens each mode of `modes` (each variant, each proxy depth), sweeps it, and collects points, skips and
+/// notes. `reporting`: whether this process shows a progress bar (rank 0 under a launcher).
+fn measure_all(
+    plan: Plan,
+    args: &BenchArgs,
+    modes: &[Mode],
+    opener: &mut dyn BackendOpener,
+    command: &str,
+    reporting: bool,
+) -> BenchData {
     let created_unix_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut data = BenchData {
         meta: Meta {
@@ -305,7 +486,7 @@ fn measure_all(plan: Plan, args: &BenchArgs, opener: &mut dyn BackendOpener, com
         ..BenchData::default()
     };
     let mut env: Vec<String> = std::env::vars()
-        .filter(|(k, _)| ENV_NOTED.iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| ENV_NOTED.iter().any(|p| k.starts_with(p)) && !ENV_IGNORED.iter().any(|p| k.starts_with(p)))
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
     env.sort();
@@ -314,7 +495,7 @@ fn measure_all(plan: Plan, args: &BenchArgs, opener: &mut dyn BackendOpener, com
     }
 
     let mut runs: Vec<(Mode, Option<String>, u32)> = Vec::new();
-    for mode in args.modes() {
+    for &mode in modes {
         for variant in opener.variants(mode) {
             match mode {
                 Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, variant.clone(), d))),
@@ -322,7 +503,8 @@ fn measure_all(plan: Plan, args: &BenchArgs, opener: &mut dyn BackendOpener, com
             }
         }
     }
-    let progress = progress_bar(plan.points() * runs.len() as u64);
+    let total = plan.points() * runs.len() as u64;
+    let progress = if reporting { progress_bar(total) } else { indicatif::ProgressBar::hidden() };
     for (mode, variant, queue_depth) in runs {
         let config = OpenConfig { gpus: args.gpus.clone(), queue_depth, variant: variant.clone() };
         let depth = (mode == Mode::Proxy).then_some(queue_depth);

@@ -138,8 +138,37 @@ pub fn describe(c: &Crossover) -> String {
     sentence
 }
 
+/// How the `gpu-procs` series compares with `gpu` on `op`: the range of its extra time in percent over the
+/// sizes both measured, and where the gap is largest, e.g. "gpu-procs vs gpu: +0.2 % to +1.9 % over the
+/// sizes both measured (8 KiB – 16 MiB), the largest gap +1.9 % at 8 KiB". `None` without a common size.
+pub fn procs_vs_gpu(data: &BenchData, op: Operation) -> Option<String> {
+    let single = data.points(op, &Series::gpu());
+    let pairs: Vec<(u64, f64)> = data
+        .points(op, &Series::gpu_procs())
+        .into_iter()
+        .filter_map(|p| single.iter().find(|g| g.bytes == p.bytes).map(|g| (p.bytes, p.median_us / g.median_us - 1.0)))
+        .collect();
+    let (first, last) = (pairs.first()?, pairs.last()?);
+    let pct = |r: f64| crate::report::table::percent_longer(1.0 + r, 1.0);
+    let low = pairs.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let high = pairs.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let widest = pairs.iter().max_by(|a, b| a.1.abs().total_cmp(&b.1.abs())).unwrap_or(first);
+    let sizes = if pairs.len() == 1 {
+        format!("at the one size both measured ({})", format_size(first.0))
+    } else {
+        format!("over the sizes both measured ({} – {})", format_size(first.0), format_size(last.0))
+    };
+    let range = if pairs.len() == 1 { pct(low) } else { format!("{} to {}", pct(low), pct(high)) };
+    Some(format!(
+        "gpu-procs vs gpu (time per operation): {range} {sizes}, the largest gap {} at {}",
+        pct(widest.1),
+        format_size(widest.0)
+    ))
+}
+
 /// The crossover summary of a run: per operation, the fastest mode by size range, then the focus series
-/// (gpu when present) against every other series, anchors included, that shares a size with it.
+/// (gpu when present) against every other series, anchors included, that shares a size with it (the
+/// `gpu-procs` series against `gpu` in percent, see [`procs_vs_gpu`]).
 pub fn summary(data: &BenchData) -> Vec<(Operation, Vec<String>)> {
     let mut out = Vec::new();
     for op in data.operations() {
@@ -160,7 +189,9 @@ pub fn summary(data: &BenchData) -> Vec<(Operation, Vec<String>)> {
         }
         if let Some(focus) = focus(data, op) {
             for other in data.series(op).into_iter().filter(|s| *s != focus) {
-                if let Some(c) = compare(data, op, &focus, &other) {
+                if focus == Series::gpu() && other.is_procs() {
+                    lines.extend(procs_vs_gpu(data, op));
+                } else if let Some(c) = compare(data, op, &focus, &other) {
                     lines.push(describe(&c));
                 }
             }

@@ -14,11 +14,11 @@
 //! | [`backend`] | the trait every mode implements, and its errors |
 //! | [`method`] | warm-up, trials, sweeps, progress bar |
 //! | [`gpu`] | the built-in `cpu` and `nccl` modes (cudarc, loaded at run time) |
-//! | [`ferro`] | the `gpu` and `proxy` modes on ferrocomm's runtime and kernels, and the opener of every mode |
+//! | [`ferro`] | the `gpu` and `proxy` modes on ferrocomm's runtime and kernels (under a launcher, the gpu mode's `gpu-procs` series: one process per GPU), and the opener of every mode |
 //! | [`anchors`] | figures from the anchor scripts' output (torch symm_mem, NCCL, CUDA C++) |
 //! | [`crossover`] | which mode wins at which size |
 //! | [`report`] | terminal table, JSON, CSV, SVG plots, the report folder |
-//! | [`cli`] | `ferrocomm bench`'s arguments and driver |
+//! | [`cli`] | `ferrocomm bench`'s arguments and driver (SPMD under a launcher: rank 0 reports; `--merge` joins runs) |
 //!
 //! ```no_run
 //! // What `ferrocomm bench --quick --modes cpu,nccl --out bench` does:

@@ -274,6 +274,13 @@ impl Measurement {
     }
 }
 
+/// The label of the gpu mode's process-per-GPU series (`gpu-procs`): the same collectives with one process
+/// per rank, started by a launcher (torchrun, `ferrocomm launch`, mpirun, srun).
+pub const PROCS_LABEL: &str = "procs";
+
+/// What the `gpu-procs` series is, in words, for the report.
+pub const PROCS_TITLE: &str = "ferrocomm gpu, one process per GPU";
+
 /// What makes points one line in a plot: the mode, the anchor's label, the proxy's queue depth.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Series {
@@ -283,6 +290,23 @@ pub struct Series {
     pub label: Option<String>,
     /// The proxy's queue depth.
     pub queue_depth: Option<u32>,
+}
+
+impl Series {
+    /// Whether this is the gpu mode's process-per-GPU series (`gpu-procs`).
+    pub fn is_procs(&self) -> bool {
+        self.mode == Mode::Gpu && self.label.as_deref() == Some(PROCS_LABEL)
+    }
+
+    /// The gpu mode's single-process main series (`gpu`).
+    pub fn gpu() -> Series {
+        Series { mode: Mode::Gpu, label: None, queue_depth: None }
+    }
+
+    /// The gpu mode's process-per-GPU series (`gpu-procs`).
+    pub fn gpu_procs() -> Series {
+        Series { mode: Mode::Gpu, label: Some(PROCS_LABEL.to_owned()), queue_depth: None }
+    }
 }
 
 impl fmt::Display for Series {
@@ -408,5 +432,10 @@ mod tests {
         assert_eq!(ll.to_string(), "gpu-ll");
         assert!(Series { mode: Mode::Gpu, label: None, queue_depth: None } < ll);
         assert!(Series { mode: Mode::Gpu, label: None, queue_depth: None } < anchor);
+        // The process-per-GPU series sits next to gpu (and gpu-ll), before the other modes.
+        let procs = Series::gpu_procs();
+        assert_eq!(procs.to_string(), "gpu-procs");
+        assert!(procs.is_procs() && !ll.is_procs() && !Series::gpu().is_procs());
+        assert!(Series::gpu() < ll && ll < procs && procs < proxy);
     }
 }

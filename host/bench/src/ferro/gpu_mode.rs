@@ -8,6 +8,11 @@
 //!   between two clock stamps ([`Stamps`]) and timed on the device as the graph replays (with `--no-graph`,
 //!   launched one by one with a host wait after each, between the same stamps).
 //!
+//! - `gpu-procs` ([`Variant::Procs`]): the collectives of the `gpu` series, timed the same way, in a team
+//!   that spans processes (one rank per process, started by a launcher): every process runs the same sweep,
+//!   captures and replays its own rank's graph, and times its own rank (see [`Stamps`]); rank 0's figures
+//!   are the ones reported. Ping-pong and put, which two ranks time together, stay in one process.
+//!
 //! Each operation is checked once against the library's CPU reference (see `super::checks`) before
 //! it is timed. Buffers are allocated when a request is first captured; the graph keeps them alive, and
 //! dropping it (for the next request) frees them.
@@ -20,7 +25,7 @@ use ferrocomm_kernels::{CommError, Communicator, Op, PingProtocol, Reducible, Ro
 
 use super::checks::{self, put_round_trip, unsupported_u8};
 use super::timed::Stamps;
-use super::{LL_LABEL, bench_team, comm, describe_team, grid, iters_u32, runtime};
+use super::{LL_LABEL, PROCS_LABEL, PROCS_TITLE, bench_team, comm, describe_team, grid, iters_u32, runtime};
 use crate::backend::{Backend, BackendError, OpenConfig, Request, Timing};
 use crate::cputime::thread_cpu_time;
 use crate::model::{Dtype, Mode, Operation};
@@ -36,13 +41,24 @@ pub enum Variant {
     Main,
     /// `gpu-ll`: the LL-packet ping-pong only.
     Ll,
+    /// `gpu-procs`: the collectives, one process per rank (a team that spans processes).
+    Procs,
 }
 
 impl Variant {
     fn protocol(self) -> PingProtocol {
         match self {
-            Variant::Main => PingProtocol::ReleaseAcquire,
+            Variant::Main | Variant::Procs => PingProtocol::ReleaseAcquire,
             Variant::Ll => PingProtocol::Ll,
+        }
+    }
+
+    /// The series label ([`Backend::label`]).
+    pub fn label(self) -> Option<&'static str> {
+        match self {
+            Variant::Main => None,
+            Variant::Ll => Some(LL_LABEL),
+            Variant::Procs => Some(PROCS_LABEL),
         }
     }
 }
@@ -75,8 +91,25 @@ impl GpuBackend {
         GpuBackend::new(bench_team(Mode::Gpu, config)?, variant)
     }
 
-    /// `variant` on `team` (any backend: the emulator runs the same kernels, for tests).
+    /// `variant` on `team` (any backend: the emulator runs the same kernels, for tests). `gpu-procs` needs a
+    /// team that spans processes, and the other variants one that does not.
     pub fn new(team: &'static Team, variant: Variant) -> Result<GpuBackend, BackendError> {
+        match (variant, team.spans_processes()) {
+            (Variant::Procs, false) => {
+                return Err(BackendError::NotAvailable {
+                    mode: Mode::Gpu,
+                    reason: "the gpu-procs series needs a team that spans processes (start the bench under a \
+                             launcher, e.g. `ferrocomm launch -n 2 -- ferrocomm bench --modes gpu`)"
+                        .into(),
+                });
+            }
+            (Variant::Main | Variant::Ll, true) => {
+                let rank = team.local_ranks().first().copied().unwrap_or(0);
+                let what = format!("the gpu{} series", variant.label().map(|l| format!("-{l}")).unwrap_or_default());
+                return Err(BackendError::OneProcessOnly { mode: Mode::Gpu, what, rank, world: team.world() });
+            }
+            _ => {}
+        }
         let comm_ = Communicator::new(team).map_err(comm(Mode::Gpu))?;
         let stamps = Stamps::new(team).map_err(runtime(Mode::Gpu))?;
         Ok(GpuBackend { captured: None, stamps, comm: comm_, team, variant })
@@ -145,8 +178,12 @@ impl GpuBackend {
         Ok(Timing { us_per_op, graph: request.graph, sms_used: Some(blocks), wait_cpu })
     }
 
+    /// The ranks whose spans time `op`, among those this process runs (its own in a team that spans
+    /// processes: each rank times itself).
     fn ranks(&self, op: Operation) -> Vec<usize> {
-        if op.is_collective() { (0..self.team.world()).collect() } else { vec![0, 1] }
+        let local = self.team.local_ranks();
+        let ranks: Vec<usize> = if op.is_collective() { (0..self.team.world()).collect() } else { vec![0, 1] };
+        ranks.into_iter().filter(|r| local.contains(r)).collect()
     }
 
     fn unsupported(&self, op: Operation) -> BackendError {
@@ -229,11 +266,15 @@ impl Backend for GpuBackend {
     }
 
     fn label(&self) -> Option<String> {
-        (self.variant == Variant::Ll).then(|| LL_LABEL.to_owned())
+        self.variant.label().map(str::to_owned)
     }
 
     fn measures(&self, op: Operation) -> bool {
-        self.variant == Variant::Main || op == Operation::PingPong
+        match self.variant {
+            Variant::Main => true,
+            Variant::Ll => op == Operation::PingPong,
+            Variant::Procs => op.is_collective(),
+        }
     }
 
     fn size_limit(&self, op: Operation) -> Option<(u64, String)> {
@@ -245,6 +286,10 @@ impl Backend for GpuBackend {
         match (self.variant, op) {
             (Variant::Main, _) | (Variant::Ll, Operation::PingPong) => Ok(()),
             (Variant::Ll, _) => Err("the gpu-ll series is the LL-packet ping-pong; the gpu series has the rest".into()),
+            (Variant::Procs, op) if op.is_collective() => Ok(()),
+            (Variant::Procs, _) => Err("the gpu-procs series is the collectives; ping-pong and put are timed across \
+                                        two ranks by one process: run them without a launcher"
+                .into()),
         }
     }
 
@@ -300,6 +345,26 @@ impl Backend for GpuBackend {
                 "gpu-ll: the library's LL-packet ping-pong (data and flag in each 16-byte store, no fence), every \
                  round trip of a trial inside one launch, timed with %globaltimer; payloads up to {PING_MAX_BYTES} B."
             )],
+            Variant::Procs => {
+                let mut notes = vec![format!(
+                    "gpu-procs ({PROCS_TITLE}): {} processes of one rank each, on {}.",
+                    self.team.world(),
+                    describe_team(self.team).join(", ")
+                )];
+                let devices: Vec<_> = (0..self.team.world()).filter_map(|r| self.team.device(r).ok()).collect();
+                let shared = devices
+                    .iter()
+                    .enumerate()
+                    .find(|(i, d)| matches!(d, ferrocomm::Device::Cuda { .. }) && devices[..*i].contains(d));
+                if let Some((_, device)) = shared {
+                    notes.push(format!(
+                        "gpu-procs: processes share {device} (FERROCOMM_RANKS_PER_GPU); without MPS the kernels of \
+                         different processes take turns on a GPU (time slices), so these gpu-procs figures time \
+                         that, not the library: compare with gpu on one GPU per process."
+                    ));
+                }
+                notes
+            }
         }
     }
 }

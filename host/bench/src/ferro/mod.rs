@@ -18,7 +18,13 @@
 //!
 //! Both modes borrow a `ferrocomm::Team`, which lives for the rest of the process: one per set of GPUs,
 //! shared by every backend opened on it ([`bench_team`]), so sweeping several modes and depths creates (and
-//! JIT-compiles the kernels for) one team only.
+//! JIT-compiles the kernels for) one team only. `FERROCOMM_RANKS_PER_GPU=k` puts `k` ranks on each GPU
+//! (two ranks on a one-GPU machine), as it puts `k` processes on each GPU under a launcher.
+//!
+//! Under a launcher ([`job_env`] is `Some`: torchrun, `ferrocomm launch`, mpirun, srun) the process is one
+//! rank of a team that spans the job's processes, and the gpu mode runs its `gpu-procs` series there
+//! ([`PROCS_LABEL`]): the same collectives, each process launching and timing its own rank. The other
+//! modes, variants and operations run in one process and refuse with [`BackendError::OneProcessOnly`].
 
 pub mod checks;
 pub mod gpu_mode;
@@ -32,14 +38,19 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ferrocomm::{Backend as TeamBackend, Team};
+use ferrocomm_bootstrap::JobEnv;
 use ferrocomm_kernels::CommError;
 
 use crate::backend::{Backend, BackendError, BackendOpener, OpenConfig};
 use crate::gpu::{BuiltinBackends, resolve_ordinals};
 use crate::model::Mode;
+pub use crate::model::{PROCS_LABEL, PROCS_TITLE};
 
 /// The label of the gpu mode's LL-packet ping-pong series (`gpu-ll`).
 pub const LL_LABEL: &str = "ll";
+
+/// Ranks (processes, under a launcher) per GPU: `FERROCOMM_RANKS_PER_GPU`, default 1.
+pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
 
 /// How long a device wait may spin before it gives up: long enough for a 1 GiB transfer queued behind
 /// others, short enough that a broken run ends.
@@ -60,49 +71,138 @@ impl FerroBackends {
 }
 
 impl BackendOpener for FerroBackends {
+    /// Opens `mode`; under a launcher only the gpu mode's `procs` variant, the others refusing with
+    /// [`BackendError::OneProcessOnly`].
     fn open(&mut self, mode: Mode, config: &OpenConfig) -> Result<Box<dyn Backend>, BackendError> {
-        match (mode, config.variant.as_deref()) {
+        let variant = config.variant.as_deref();
+        if let Some(job) = job_env(mode)? {
+            return match (mode, variant) {
+                (Mode::Gpu, Some(PROCS_LABEL)) => {
+                    Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Procs)?))
+                }
+                (Mode::Anchor, _) => self.builtin.open(mode, config),
+                (mode, variant) => {
+                    let series = crate::model::Series { mode, label: variant.map(str::to_owned), queue_depth: None };
+                    let what = format!("the {series} series");
+                    Err(BackendError::OneProcessOnly { mode, what, rank: job.rank, world: job.world })
+                }
+            };
+        }
+        match (mode, variant) {
             (Mode::Gpu, None) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Main)?)),
             (Mode::Gpu, Some(LL_LABEL)) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Ll)?)),
+            (Mode::Gpu, Some(PROCS_LABEL)) => Err(BackendError::NotAvailable {
+                mode,
+                reason: "the gpu-procs series runs one process per GPU: start the bench under a launcher, e.g. \
+                         `ferrocomm launch -n 2 -- ferrocomm bench --modes gpu` or `torchrun --no-python \
+                         --nproc-per-node 2 ferrocomm bench --modes gpu`"
+                    .into(),
+            }),
             (Mode::Proxy, None) => Ok(Box::new(proxy_mode::ProxyBackend::open(config)?)),
             (Mode::Cpu | Mode::Nccl | Mode::Anchor, None) => self.builtin.open(mode, config),
             (mode, Some(variant)) => Err(BackendError::NotAvailable {
                 mode,
-                reason: format!("no variant {variant:?} of {mode} (the gpu mode has \"{LL_LABEL}\")"),
+                reason: format!(
+                    "no variant {variant:?} of {mode} (the gpu mode has \"{LL_LABEL}\", and \"{PROCS_LABEL}\" under a \
+                     launcher)"
+                ),
             }),
         }
     }
 
+    /// The gpu mode's `gpu` and `gpu-ll` series; under a launcher its `gpu-procs` series only.
     fn variants(&self, mode: Mode) -> Vec<Option<String>> {
+        let under_launcher = job_env(mode).is_ok_and(|job| job.is_some());
         match mode {
+            Mode::Gpu if under_launcher => vec![Some(PROCS_LABEL.to_owned())],
             Mode::Gpu => vec![None, Some(LL_LABEL.to_owned())],
             _ => vec![None],
         }
     }
 }
 
-/// Teams created so far, by GPU list; each lives until the process exits.
-static TEAMS: Mutex<Vec<(Vec<usize>, &'static Team)>> = Mutex::new(Vec::new());
+/// The job this process is one rank of, when a launcher's variables are set (torchrun, `ferrocomm launch`,
+/// mpirun, srun, `FERROCOMM_RANK`...); `None` for a process on its own. Variables that contradict each
+/// other are `mode`'s error.
+pub fn job_env(mode: Mode) -> Result<Option<JobEnv>, BackendError> {
+    JobEnv::from_env().map_err(|e| BackendError::External { mode, source: Box::new(e) })
+}
 
-/// The CUDA team on `config.gpus` (every visible GPU when `None`, at least two, one rank each), created on
-/// first use and shared afterwards. It lives for the rest of the process because the backends borrow it
-/// (a `Communicator` holds `&Team`); everything a backend allocates on it is freed when the backend drops.
+/// `FERROCOMM_RANKS_PER_GPU` (1 when unset).
+pub fn ranks_per_gpu(mode: Mode) -> Result<usize, BackendError> {
+    let Ok(value) = std::env::var(RANKS_PER_GPU_ENV) else { return Ok(1) };
+    if value.trim().is_empty() {
+        return Ok(1);
+    }
+    value.trim().parse::<usize>().ok().filter(|&k| k > 0).ok_or_else(|| BackendError::External {
+        mode,
+        source: format!("{RANKS_PER_GPU_ENV}={value:?}: expected a number of ranks per GPU, 1 or more").into(),
+    })
+}
+
+/// A single-process team's GPUs and ranks per GPU.
+type TeamKey = (Vec<usize>, usize);
+
+/// Teams created so far, by GPU list and ranks per GPU; each lives until the process exits.
+static TEAMS: Mutex<Vec<(TeamKey, &'static Team)>> = Mutex::new(Vec::new());
+
+/// The team that spans the job's processes, once joined (one per process: joining is collective).
+static PROCESS_TEAM: Mutex<Option<&'static Team>> = Mutex::new(None);
+
+/// The team the ferro modes run on, created on first use and shared afterwards. It lives for the rest of
+/// the process because the backends borrow it (a `Communicator` holds `&Team`); everything a backend
+/// allocates on it is freed when the backend drops.
+///
+/// - On its own, the process's CUDA team on `config.gpus` (every visible GPU when `None`), one rank per GPU,
+///   or `FERROCOMM_RANKS_PER_GPU` ranks on each; two ranks at least.
+/// - Under a launcher ([`job_env`]), the team of the job's processes, this process running its own rank
+///   (on the GPU its `LOCAL_RANK` picks among `config.gpus`, `FERROCOMM_RANKS_PER_GPU` processes to a GPU),
+///   with the same device timeout. Its backend is CUDA unless `FERROCOMM_BACKEND` says otherwise
+///   (`ferrocomm launch --emulator` sets it to the emulator).
 pub fn bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, BackendError> {
-    let ordinals = resolve_ordinals(mode, config.gpus.as_deref(), 2)?;
+    if let Some(job) = job_env(mode)? {
+        return process_team(mode, config, job);
+    }
+    let per_gpu = ranks_per_gpu(mode)?;
+    let ordinals = resolve_ordinals(mode, config.gpus.as_deref(), 2usize.div_ceil(per_gpu))?;
+    let key = (ordinals, per_gpu);
     let mut teams = TEAMS.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, team)) = teams.iter().find(|(gpus, _)| *gpus == ordinals) {
+    if let Some((_, team)) = teams.iter().find(|(k, _)| *k == key) {
         return Ok(team);
     }
     let team = Team::builder()
+        .single_process()
         .backend(TeamBackend::Cuda)
-        .devices(ordinals.iter().copied())
-        .world(ordinals.len())
-        .ranks_per_gpu(1)
+        .devices(key.0.iter().copied())
+        .world(key.0.len() * per_gpu)
+        .ranks_per_gpu(per_gpu)
         .timeout(TEAM_TIMEOUT)
         .build()
         .map_err(runtime(mode))?;
     let team: &'static Team = Box::leak(Box::new(team));
-    teams.push((ordinals, team));
+    teams.push((key, team));
+    Ok(team)
+}
+
+/// Joins the job `job` (once per process) with the bench's timeout.
+fn process_team(mode: Mode, config: &OpenConfig, job: JobEnv) -> Result<&'static Team, BackendError> {
+    let mut slot = PROCESS_TEAM.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(team) = *slot {
+        return Ok(team);
+    }
+    let mut builder = Team::builder().job(job).timeout(TEAM_TIMEOUT);
+    let backend_chosen =
+        std::env::var(ferrocomm::team::BACKEND_ENV).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "auto");
+    if !backend_chosen {
+        // Figures of the emulator are not a benchmark: without a GPU the run says so instead.
+        builder = builder.backend(TeamBackend::Cuda);
+    }
+    if let Some(gpus) = &config.gpus {
+        builder = builder.devices(gpus.iter().copied());
+    }
+    let team = builder.build().map_err(runtime(mode))?;
+    let team: &'static Team = Box::leak(Box::new(team));
+    *slot = Some(team);
     Ok(team)
 }
 

@@ -7,6 +7,14 @@
 //!
 //! Events themselves cannot be used: a team's streams are the runtime's own and are not exposed, and an
 //! event must be recorded on the stream it times.
+//!
+//! In a team that spans processes (one rank per process), each process reads its own rank's stamps only:
+//! each rank times itself, and the figure a process reports is its own rank's (rank 0's is the one the
+//! report shows; every rank of a collective ends within one NVLink trip of the others). The processes
+//! replay their graphs independently, so a rank's first stamp could otherwise run while a peer's process is
+//! still reading its last trial; there the graph starts with a device barrier before the first stamp, and a
+//! rank's span starts once every rank has reached it. A team in one process has no such barrier: one thread
+//! replays every rank's graph back to back, and the gpu series is timed as it always was.
 
 use std::time::Duration;
 
@@ -24,6 +32,14 @@ pub enum StampError {
     /// The runtime failed (replay, wait, reading the stamps).
     #[error(transparent)]
     Runtime(#[from] ferrocomm::Error),
+    /// None of the ranks asked about is run by this process.
+    #[error("none of ranks {ranks:?} is this process's (it runs {local:?}), so it has no stamps to read")]
+    NotLocal {
+        /// The ranks asked about.
+        ranks: Vec<usize>,
+        /// The ranks this process runs.
+        local: Vec<usize>,
+    },
     /// A rank's stamps do not describe a span: a stamp kernel did not run, or the clock went backwards.
     #[error("rank {rank}: clock stamps {start} → {end} ns do not span the replay ({why})")]
     Stamps {
@@ -56,12 +72,14 @@ pub fn span_ns(rank: usize, stamps: &[u64]) -> Result<u64, StampError> {
 #[derive(Debug)]
 pub struct Stamps {
     buf: SymBuffer<u64>,
+    /// Whether recordings start with a device barrier: in a team that spans processes.
+    align: bool,
 }
 
 impl Stamps {
-    /// Slots on every rank of `team`.
+    /// Slots on every rank of `team`; recordings start with a barrier when the team spans processes.
     pub fn new(team: &Team) -> Result<Stamps, ferrocomm::Error> {
-        Ok(Stamps { buf: SymBuffer::new(team, 2)? })
+        Ok(Stamps { buf: SymBuffer::new(team, 2)?, align: team.spans_processes() })
     }
 
     /// Launches (or, inside a capture, records) the stamp kernel writing slot `slot` on every rank.
@@ -71,7 +89,8 @@ impl Stamps {
 
     /// `iters` calls of `op` between the two stamps: captured into a graph (`graph`), which is returned, or
     /// run now with a host wait after each call (the library's launch guards wait), after which
-    /// [`Stamps::longest_ns`] has their time.
+    /// [`Stamps::longest_ns`] has their time. In a team that spans processes a barrier of every rank comes
+    /// first, outside the stamps.
     pub fn record<'t>(
         &mut self,
         comm: &mut Communicator<'t>,
@@ -82,7 +101,11 @@ impl Stamps {
         if !graph {
             self.buf.fill(0)?;
         }
+        let align = self.align;
         let mut body = |comm: &mut Communicator<'t>| {
+            if align {
+                comm.barrier()?.wait()?;
+            }
             let team = comm.team();
             self.stamp(team, 0)?;
             for _ in 0..iters {
@@ -98,18 +121,25 @@ impl Stamps {
         Ok(None)
     }
 
-    /// The longest span between the stamps over `ranks`, in ns, once every stamp kernel has finished.
+    /// The longest span between the stamps over those of `ranks` this process runs (every rank of a team
+    /// in one process; its own in a team that spans processes), in ns, once every stamp kernel has finished.
     pub fn longest_ns(&self, ranks: &[usize]) -> Result<u64, StampError> {
+        let local = self.buf.local_ranks();
+        let mine: Vec<usize> = ranks.iter().copied().filter(|r| local.contains(r)).collect();
+        if mine.is_empty() {
+            return Err(StampError::NotLocal { ranks: ranks.to_vec(), local });
+        }
         let mut longest = 0;
-        for &rank in ranks {
+        for rank in mine {
             longest = longest.max(span_ns(rank, &self.buf.to_host(rank)?)?);
         }
         Ok(longest)
     }
 
     /// Replays `graph` (recorded by [`Stamps::record`] with these stamps) once and returns the longest
-    /// stamped span over `ranks` in ns, and the CPU time this thread spent clearing the stamps, waiting for
-    /// the replay and reading the stamps: the harness's cost. Only launching the replay is the mode's.
+    /// stamped span over those of `ranks` this process runs, in ns, and the CPU time this thread spent
+    /// clearing the stamps, waiting for the replay and reading the stamps: the harness's cost. Only
+    /// launching the replay is the mode's.
     pub fn time_replay(&mut self, graph: &TeamGraph<'_>, ranks: &[usize]) -> Result<(u64, Duration), StampError> {
         let clearing = thread_cpu_time();
         self.buf.fill(0)?;

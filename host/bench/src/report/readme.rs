@@ -47,10 +47,26 @@ The CPU-initiated ping-pong keeps its waits: the host waiting on every hop is th
 read from their output; their min and max are over repeated lines, when the output repeats a figure.
 ";
 
+/// The Method paragraph on the `gpu-procs` series, when the data has it.
+pub const PROCS_METHOD: &str = "\
+- gpu-procs (ferrocomm gpu, one process per GPU): the gpu mode's collectives with one process per rank, \
+started by a launcher (`ferrocomm launch -n N -- ferrocomm bench ...`, `torchrun --no-python --nproc-per-node \
+N ferrocomm bench ...`, mpirun, srun); the processes join one team, map each other's symmetric memory and \
+run the same sweep, each launching the library's kernels for its own rank only. Each process captures its \
+rank's calls of a trial into its own CUDA graph, between the same two %globaltimer stamp kernels as gpu, \
+after a device barrier of every rank (the processes replay their graphs independently; the barrier lines \
+the ranks up before the first stamp, outside the timed span). Each rank times itself: a process reads only \
+its own rank's stamps, and the figures are rank 0's (every rank of a collective ends within one NVLink trip \
+of the others), where gpu takes the longest span over the ranks. Host CPU µs/op is rank 0's process's. \
+Only rank 0 writes the report; a single-process run's points join it with `--merge DATA.json` (the notes \
+below name the files merged).
+";
+
 /// The README of a report folder whose plots are named by [`PlotKind::file_name`] and whose data files
 /// are `data.json` and `data.csv`. `plots` lists the plot files that were drawn.
 pub fn readme(data: &BenchData, plots: &[String]) -> String {
     let meta = &data.meta;
+    let has_procs = data.measurements.iter().any(|m| m.series().is_procs());
     let mut out = String::from("# ferrocomm bench\n\n");
     let mut when = format!("Measured {}", format_utc(meta.created_unix_s));
     if !meta.devices.is_empty() {
@@ -77,8 +93,14 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
         let _ = write!(
             out,
             "\n## Headline\n\n{}\nMedian time per operation (and bus bandwidth from 16 MiB up) of each mode's best \
-             variant. *gpu vs best other*: the best other series' median over gpu's — above 1, gpu is faster.\n",
-            table::markdown_table(&headers, &rows)
+             variant. *gpu vs best other*: the best other series' median over gpu's — above 1, gpu is faster.{}\n",
+            table::markdown_table(&headers, &rows),
+            if has_procs {
+                " *gpu-procs vs gpu*: how much longer the gpu-procs median is than gpu's, in percent (from twice \
+                 as long up, the factor); the gpu column and *gpu vs best other* leave gpu-procs out."
+            } else {
+                ""
+            }
         );
     }
 
@@ -116,6 +138,9 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
     }
 
     let _ = write!(out, "\n## Method\n\n{METHOD}");
+    if has_procs {
+        out += PROCS_METHOD;
+    }
     for note in &meta.notes {
         let _ = writeln!(out, "- {note}");
     }

@@ -1,6 +1,6 @@
 //! Tables: the per-operation tables (terminal text and Markdown) and the headline table.
 
-use crate::model::{BenchData, Measurement, Mode, Operation};
+use crate::model::{BenchData, Measurement, Mode, Operation, Series};
 use crate::sizes::format_size;
 
 /// Column headers of the per-operation tables.
@@ -164,20 +164,43 @@ pub fn headline_points(data: &BenchData) -> Vec<(Operation, u64)> {
     out
 }
 
-/// The fastest point of `mode` at (op, bytes) (the best queue depth for the proxy, the best anchor).
+/// The fastest point of `mode` at (op, bytes) (the best queue depth for the proxy, the best anchor), not
+/// counting the `gpu-procs` series, which has a column of its own.
 fn best(data: &BenchData, op: Operation, bytes: u64, mode: Mode) -> Option<&Measurement> {
     data.measurements
         .iter()
-        .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode)
+        .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode && !m.series().is_procs())
         .min_by(|a, b| a.median_us.total_cmp(&b.median_us))
 }
 
-/// A headline cell: the median, bus bandwidth for large messages, and which variant when it matters.
-fn cell(m: &Measurement) -> String {
+/// The `gpu-procs` point at (op, bytes).
+fn procs(data: &BenchData, op: Operation, bytes: u64) -> Option<&Measurement> {
+    data.measurements.iter().find(|m| m.op == op && m.bytes == bytes && m.series().is_procs())
+}
+
+/// How much longer `procs` took than `single`, in percent of `single` ("+1.4 %", "−0.3 %"), or as a
+/// factor from twice as long up ("732.4×").
+pub fn percent_longer(procs: f64, single: f64) -> String {
+    if procs >= 2.0 * single {
+        return format!("{:.1}×", procs / single);
+    }
+    let pct = (procs / single - 1.0) * 100.0;
+    let pct = if pct.abs() < 0.05 { 0.0 } else { pct };
+    if pct < 0.0 { format!("−{:.1} %", -pct) } else { format!("+{pct:.1} %") }
+}
+
+/// A headline cell without the variant: the median, and bus bandwidth for large messages.
+fn cell_plain(m: &Measurement) -> String {
     let mut s = format!("{} µs", fmt_num(m.median_us));
     if m.bytes >= 16 << 20 {
         s += &format!(" · {} GB/s", fmt_num(m.busbw_gbps));
     }
+    s
+}
+
+/// A headline cell: the median, bus bandwidth for large messages, and which variant when it matters.
+fn cell(m: &Measurement) -> String {
+    let mut s = cell_plain(m);
     if m.mode == Mode::Anchor {
         s += &format!(" ({})", m.label.as_deref().unwrap_or("anchor"));
     } else if let Some(depth) = m.queue_depth {
@@ -189,22 +212,45 @@ fn cell(m: &Measurement) -> String {
 }
 
 /// The headline table: for each headline point, each mode's best median side by side, the best anchor,
-/// and how much faster `gpu` is than the best of the others (anchors included).
+/// and how much faster `gpu` is than the best of the others (anchors included). When the data has the
+/// `gpu-procs` series, it has its own column after `gpu` and a last column says how much longer it took
+/// than `gpu` (the other columns leave it out: it is the gpu mode in other processes).
 pub fn headline(data: &BenchData) -> (Vec<String>, Vec<Vec<String>>) {
-    let modes: Vec<Mode> =
-        Mode::RUNNABLE.into_iter().filter(|mode| data.measurements.iter().any(|m| m.mode == *mode)).collect();
+    let modes: Vec<Mode> = Mode::RUNNABLE
+        .into_iter()
+        .filter(|mode| data.measurements.iter().any(|m| m.mode == *mode && !m.series().is_procs()))
+        .collect();
+    let has_procs = data.measurements.iter().any(|m| m.series().is_procs());
     let anchors = data.measurements.iter().any(|m| m.mode == Mode::Anchor);
     let mut headers: Vec<String> = vec!["operation".into(), "size".into()];
-    headers.extend(modes.iter().map(|m| m.name().to_owned()));
+    for mode in &modes {
+        headers.push(mode.name().to_owned());
+        if *mode == Mode::Gpu && has_procs {
+            headers.push(Series::gpu_procs().to_string());
+        }
+    }
+    if has_procs && !modes.contains(&Mode::Gpu) {
+        headers.insert(2, Series::gpu_procs().to_string());
+    }
     if anchors {
         headers.push("best anchor".into());
     }
     headers.push("gpu vs best other".into());
+    if has_procs {
+        headers.push("gpu-procs vs gpu".into());
+    }
     let mut rows = Vec::new();
     for (op, bytes) in headline_points(data) {
         let mut row = vec![op.name().to_owned(), format_size(bytes)];
+        let procs_cell = || procs(data, op, bytes).map_or_else(|| "–".to_owned(), cell_plain);
+        if has_procs && !modes.contains(&Mode::Gpu) {
+            row.push(procs_cell());
+        }
         for &mode in &modes {
             row.push(best(data, op, bytes, mode).map_or_else(|| "–".to_owned(), cell));
+            if mode == Mode::Gpu && has_procs {
+                row.push(procs_cell());
+            }
         }
         if anchors {
             row.push(best(data, op, bytes, Mode::Anchor).map_or_else(|| "–".to_owned(), cell));
@@ -218,6 +264,14 @@ pub fn headline(data: &BenchData) -> (Vec<String>, Vec<Vec<String>>) {
             (Some(gpu), Some(other)) => format!("{:.2}× ({})", other.median_us / gpu.median_us, other.series()),
             _ => "–".to_owned(),
         });
+        if has_procs {
+            let single =
+                data.measurements.iter().find(|m| m.op == op && m.bytes == bytes && m.series() == Series::gpu());
+            row.push(match (procs(data, op, bytes), single) {
+                (Some(p), Some(g)) => percent_longer(p.median_us, g.median_us),
+                _ => "–".to_owned(),
+            });
+        }
         rows.push(row);
     }
     (headers, rows)
@@ -273,6 +327,15 @@ mod tests {
                 vec!["all-reduce", "cpu", "1 GiB", "out of memory"]
             ]
         );
+    }
+
+    #[test]
+    fn procs_against_gpu() {
+        assert_eq!(percent_longer(2.80, 2.77), "+1.1 %");
+        assert_eq!(percent_longer(2.96, 2.97), "−0.3 %");
+        assert_eq!(percent_longer(3.0001, 3.0), "+0.0 %");
+        assert_eq!(percent_longer(5.9, 3.0), "+96.7 %");
+        assert_eq!(percent_longer(2204.6, 3.01), "732.4×");
     }
 
     #[test]
