@@ -8,96 +8,36 @@
 //! `FERROCOMM_TEST_SCENARIO` naming what the rank does (the test `rank_process` runs it); a rank prints
 //! `outcome: ...` and exits, and the test reads every rank's output.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrocomm::{Backend, SymBuffer, Team};
+
+#[path = "support/local_job.rs"]
+mod local_job;
+use local_job::RankOutput;
 
 /// The variable that tells a process of this binary which scenario to play as a rank.
 const SCENARIO: &str = "FERROCOMM_TEST_SCENARIO";
 /// Longest any rank may take: a hang fails the test instead of stalling CI.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// What one rank printed and how it ended.
-struct RankOutput {
-    rank: usize,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl RankOutput {
-    fn outcome(&self) -> &str {
-        // libtest has printed `test rank_process ... ` before it on the same line.
-        self.stdout.lines().find_map(|l| l.split_once("outcome: ").map(|(_, o)| o)).unwrap_or("<no outcome>")
-    }
-}
-
-impl std::fmt::Debug for RankOutput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} (exit {:?}): {}\n--- stderr ---\n{}", self.rank, self.code, self.outcome(), self.stderr)
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-/// Starts `ranks` (job ranks) of a job of `world` as processes playing `scenario`; `env` adds or overrides
-/// variables per rank. Waits for all of them (killing any past the deadline).
+/// Starts `ranks` of a job of `world` playing `scenario`, the device timeout 3 s; `env` adds or overrides
+/// variables per rank.
 fn job(
     scenario: &str,
     world: usize,
     ranks: &[usize],
     env: impl Fn(usize) -> Vec<(&'static str, String)>,
 ) -> Vec<RankOutput> {
-    let rendezvous = format!("127.0.0.1:{}", free_port());
-    let exe = std::env::current_exe().expect("this test binary");
-    let children: Vec<(usize, Child)> = ranks
-        .iter()
-        .map(|&rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
-                .env(SCENARIO, scenario)
-                .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", world.to_string())
-                .env("LOCAL_WORLD_SIZE", world.to_string())
-                .env("FERROCOMM_RENDEZVOUS", &rendezvous)
-                .env("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "20000")
-                .env("FERROCOMM_BACKEND", "emulator")
-                .env("FERROCOMM_TIMEOUT_MS", "3000")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            for (k, v) in env(rank) {
-                cmd.env(k, v);
-            }
-            (rank, cmd.spawn().expect("start a rank"))
-        })
-        .collect();
-    let started = Instant::now();
-    children
-        .into_iter()
-        .map(|(rank, mut child)| {
-            let code = loop {
-                if let Some(status) = child.try_wait().expect("wait") {
-                    break status.code();
-                }
-                if started.elapsed() > DEADLINE {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let (mut stdout, mut stderr) = (String::new(), String::new());
-            child.stdout.take().expect("piped").read_to_string(&mut stdout).expect("stdout");
-            child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("stderr");
-            RankOutput { rank, code, stdout, stderr }
-        })
-        .collect()
+    local_job::job(world, ranks, DEADLINE, |rank| {
+        let mut vars = vec![
+            (SCENARIO, scenario.to_owned()),
+            ("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "20000".to_owned()),
+            ("FERROCOMM_TIMEOUT_MS", "3000".to_owned()),
+        ];
+        vars.extend(env(rank));
+        vars
+    })
 }
 
 fn no_env(_: usize) -> Vec<(&'static str, String)> {

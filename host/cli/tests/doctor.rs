@@ -1,22 +1,10 @@
 //! The `ferrocomm doctor` binary: a full report where GPUs exist, one sentence and a failing exit code
 //! where they do not — never a panic.
 
-use std::path::PathBuf;
 use std::process::Command;
 
-/// The built `ferrocomm` binary: cargo's path, or, where the tests were copied to another machine without
-/// cargo, the `bin/` folder beside the test executable's folder.
-fn ferrocomm_binary() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_ferrocomm"));
-    if built.is_file() {
-        return built;
-    }
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let staged = exe.parent().and_then(|d| d.parent()).map(|d| d.join("bin/ferrocomm"));
-    staged
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no ferrocomm binary at {} or beside the tests", built.display()))
-}
+mod common;
+use common::ferrocomm_binary;
 
 #[test]
 fn doctor_reports_or_fails_with_one_sentence() {

@@ -2,23 +2,11 @@
 //! exit statuses, the stopping of the other ranks after a failure, signals to the launcher.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// The built `ferrocomm` binary: cargo's path, or, where the tests were copied to another machine without
-/// cargo, the `bin/` folder beside the test executable's folder.
-fn ferrocomm_binary() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_ferrocomm"));
-    if built.is_file() {
-        return built;
-    }
-    let exe = std::env::current_exe().expect("the test knows its own path");
-    let staged = exe.parent().and_then(|d| d.parent()).map(|d| d.join("bin/ferrocomm"));
-    staged
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no ferrocomm binary at {} or beside the tests", built.display()))
-}
+mod common;
+use common::ferrocomm_binary;
 
 /// `ferrocomm launch FLAGS... -- sh -c SCRIPT`, without an inherited FERROCOMM_BACKEND.
 fn launch_sh(flags: &[&str], script: &str) -> Command {
@@ -259,7 +247,7 @@ fn sigterm_to_the_launcher_stops_every_rank() {
     assert!(stderr.contains("received SIGTERM"), "{stderr}");
     assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
     for pid in pids {
-        assert!(!PathBuf::from(format!("/proc/{pid}")).exists(), "rank process {pid} outlived the launcher");
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "rank process {pid} outlived the launcher");
     }
 }
 

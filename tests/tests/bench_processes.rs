@@ -8,11 +8,8 @@
 //! A rank prints `outcome: ...` and exits; the test reads every rank's output and the files they wrote.
 //! Every rank has a deadline: a hang fails the test instead of stalling it.
 
-use std::io::Read;
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrocomm::{Backend as TeamBackend, Team};
 use ferrocomm_bench::backend::{Backend, BackendError, BackendOpener, OpenConfig};
@@ -24,6 +21,10 @@ use ferrocomm_bench::gpu::BuiltinBackends;
 use ferrocomm_bench::model::{BenchData, Dtype, Measurement, Meta, Mode, Operation, Series};
 use ferrocomm_bench::report::{data, readme::PROCS_METHOD, table};
 
+#[path = "support/local_job.rs"]
+mod local_job;
+use local_job::RankOutput;
+
 /// The variable that tells a process of this binary to play a rank, and where to write.
 const OUT_DIR: &str = "BENCH_PROCS_TEST_OUT";
 /// The single-process run's data.json rank 0 merges.
@@ -33,83 +34,12 @@ const DEADLINE: Duration = Duration::from_secs(300);
 /// The sweep both ranks run.
 const SWEEP: &str = "bench --ops all-reduce --sizes 256,4KiB --iters 3 --warmup 2 --trials 2";
 
-struct RankOutput {
-    rank: usize,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl RankOutput {
-    fn outcome(&self) -> &str {
-        // libtest has printed `test rank_process ... ` before it on the same line.
-        self.stdout.lines().find_map(|l| l.split_once("outcome: ").map(|(_, o)| o)).unwrap_or("<no outcome>")
-    }
-}
-
-impl std::fmt::Debug for RankOutput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "rank {} (exit {:?}): {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-            self.rank,
-            self.code,
-            self.outcome(),
-            self.stdout,
-            self.stderr
-        )
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
-}
-
-/// Starts a job of `world` processes of this binary, each playing a rank that writes under `out`, and
-/// waits for all of them (killing any past the deadline).
+/// Starts a job of `world` processes of this binary, each playing a rank that writes under `out`.
 fn job(world: usize, out: &Path, merge: &Path) -> Vec<RankOutput> {
-    let rendezvous = format!("127.0.0.1:{}", free_port());
-    let exe = std::env::current_exe().expect("this test binary");
-    let children: Vec<(usize, Child)> = (0..world)
-        .map(|rank| {
-            let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
-                .env(OUT_DIR, out)
-                .env(MERGE, merge)
-                .env("RANK", rank.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("WORLD_SIZE", world.to_string())
-                .env("LOCAL_WORLD_SIZE", world.to_string())
-                .env("FERROCOMM_RENDEZVOUS", &rendezvous)
-                .env("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "60000")
-                .env("FERROCOMM_BACKEND", "emulator")
-                .env_remove("FERROCOMM_RANKS_PER_GPU")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            (rank, cmd.spawn().expect("start a rank"))
-        })
-        .collect();
-    let started = Instant::now();
-    children
-        .into_iter()
-        .map(|(rank, mut child)| {
-            let code = loop {
-                if let Some(status) = child.try_wait().expect("wait") {
-                    break status.code();
-                }
-                if started.elapsed() > DEADLINE {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            let (mut stdout, mut stderr) = (String::new(), String::new());
-            child.stdout.take().expect("piped").read_to_string(&mut stdout).expect("stdout");
-            child.stderr.take().expect("piped").read_to_string(&mut stderr).expect("stderr");
-            RankOutput { rank, code, stdout, stderr }
-        })
-        .collect()
+    let (out, merge) = (out.display().to_string(), merge.display().to_string());
+    local_job::job(world, &(0..world).collect::<Vec<_>>(), DEADLINE, |_| {
+        vec![(OUT_DIR, out.clone()), (MERGE, merge.clone())]
+    })
 }
 
 /// Opens the gpu mode on an emulated team of this process, as `FerroBackends` opens it on GPUs.
