@@ -276,9 +276,10 @@ impl Proxy {
         self.shared.failure.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    /// Descriptors served so far.
+    /// Descriptors served so far: each is counted as it is issued, before its completion signal is raised,
+    /// so after a kernel saw its puts complete, they are all counted.
     pub fn served(&self) -> u64 {
-        self.shared.served.load(Ordering::Relaxed)
+        self.shared.served.load(Ordering::Acquire)
     }
 
     /// Stops the thread and waits for it (and its copies); returns what stopped it early, if anything.
@@ -317,12 +318,13 @@ fn serve(rings: &Rings, engine: &mut dyn CopyEngine, shared: &Shared) -> Result<
             }
             while *tail < head {
                 let d = rings.read(rank, *tail);
-                check_descriptor(&d, rank, world)
-                    .and_then(|()| engine.issue(&d))
-                    .map_err(|e| format!("descriptor {tail} of rank {rank}: {e}"))?;
+                check_descriptor(&d, rank, world).map_err(|e| format!("descriptor {tail} of rank {rank}: {e}"))?;
+                // Counted before the copy raises its completion signal: a kernel that saw its puts complete
+                // (and the host that waited for it) must see them counted.
+                shared.served.fetch_add(1, Ordering::Release);
+                engine.issue(&d).map_err(|e| format!("descriptor {tail} of rank {rank}: {e}"))?;
                 *tail += 1;
                 rings.publish_tail(rank, *tail);
-                shared.served.fetch_add(1, Ordering::Relaxed);
                 busy = true;
             }
         }
