@@ -50,7 +50,7 @@ pub use crate::model::{PROCS_LABEL, PROCS_TITLE};
 pub const LL_LABEL: &str = "ll";
 
 /// Ranks (processes, under a launcher) per GPU: `FERROCOMM_RANKS_PER_GPU`, default 1.
-pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
+pub use ferrocomm::team::RANKS_PER_GPU_ENV;
 
 /// How long a device wait may spin before it gives up: long enough for a 1 GiB transfer queued behind
 /// others, short enough that a broken run ends.
@@ -130,14 +130,8 @@ pub fn job_env(mode: Mode) -> Result<Option<JobEnv>, BackendError> {
 
 /// `FERROCOMM_RANKS_PER_GPU` (1 when unset).
 pub fn ranks_per_gpu(mode: Mode) -> Result<usize, BackendError> {
-    let Ok(value) = std::env::var(RANKS_PER_GPU_ENV) else { return Ok(1) };
-    if value.trim().is_empty() {
-        return Ok(1);
-    }
-    value.trim().parse::<usize>().ok().filter(|&k| k > 0).ok_or_else(|| BackendError::External {
-        mode,
-        source: format!("{RANKS_PER_GPU_ENV}={value:?}: expected a number of ranks per GPU, 1 or more").into(),
-    })
+    let k = ferrocomm::team::ranks_per_gpu_from(|var| std::env::var(var).ok()).map_err(runtime(mode))?;
+    Ok(k.unwrap_or(1))
 }
 
 /// A single-process team's GPUs and ranks per GPU.

@@ -12,7 +12,7 @@ use crate::emu::{EmuTeam, SharedHeap};
 use crate::error::Error;
 use crate::exec::Exec;
 use crate::system;
-use crate::team::builder::Plan;
+use crate::team::builder::{Plan, ranks_per_gpu_from};
 use crate::team::{Backend, Device, Team, TeamShared};
 
 /// This process's rank of the job `job`, with what `plan` chose (backend, the GPUs to pick from, timeout).
@@ -25,14 +25,7 @@ pub(crate) fn create(
 ) -> Result<Team, Error> {
     let ranks_per_gpu = match ranks_per_gpu {
         Some(k) => k,
-        None => match env(RANKS_PER_GPU_ENV).filter(|v| !v.trim().is_empty()) {
-            None => 1,
-            Some(v) => v.trim().parse().ok().filter(|&k: &usize| k > 0).ok_or(Error::BadEnv {
-                var: RANKS_PER_GPU_ENV,
-                value: v,
-                expected: "a number of processes per GPU, 1 or more",
-            })?,
-        },
+        None => ranks_per_gpu_from(&env)?.unwrap_or(1),
     };
     let group = ProcessGroup::join(job, rendezvous_timeout(&env)?)?;
     let (rank, world) = (group.rank(), group.world());
@@ -63,9 +56,6 @@ pub(crate) fn create(
     let shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
     Ok(Team { shared: Arc::new(shared) })
 }
-
-/// The variable that lets several processes of a host share each GPU.
-pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
 
 /// The GPU of the process with local rank `local_rank`, `per_gpu` processes to a GPU of `gpus` (the
 /// ordinals this process may use, in order).
@@ -111,6 +101,7 @@ fn check_reachable(here: usize, buses: &[String]) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::team::RANKS_PER_GPU_ENV;
 
     #[test]
     fn local_ranks_pick_their_gpus_and_a_rank_without_one_is_named() {

@@ -26,6 +26,17 @@ pub const PDL_ENV: &str = "FERROCOMM_PDL";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 /// Ranks of an emulated team when nothing says otherwise.
 pub const DEFAULT_WORLD: usize = 2;
+/// Ranks (in a job of several processes: processes) per GPU, when the code does not say.
+pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
+
+/// `FERROCOMM_RANKS_PER_GPU` as `env` gives it: `None` when unset or empty.
+pub fn ranks_per_gpu_from(env: impl Fn(&str) -> Option<String>) -> Result<Option<usize>, Error> {
+    let Some(v) = env(RANKS_PER_GPU_ENV).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
+    match v.trim().parse::<usize>() {
+        Ok(k) if k > 0 => Ok(Some(k)),
+        _ => Err(Error::BadEnv { var: RANKS_PER_GPU_ENV, value: v, expected: "a number of ranks per GPU, 1 or more" }),
+    }
+}
 
 /// Describes a team; [`TeamBuilder::build`] makes it. Builder settings win over the environment.
 ///

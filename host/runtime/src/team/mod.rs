@@ -10,7 +10,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use builder::{BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, TIMEOUT_ENV, TeamBuilder, WORLD_ENV};
+pub use builder::{
+    BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, RANKS_PER_GPU_ENV, TIMEOUT_ENV, TeamBuilder, WORLD_ENV,
+    ranks_per_gpu_from,
+};
 pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, Part, TeamShared};
 
 use crate::error::Error;
