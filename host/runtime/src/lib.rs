@@ -28,7 +28,7 @@
 //! | [`team`] | [`Team`] and [`TeamBuilder`]: backend, GPUs, ranks per GPU, timeout, peer access |
 //! | [`memory`] | [`SymBuffer`] (symmetric memory + peer table) and [`SignalPadBuffer`] |
 //! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX, [`kernel_module!`] |
-//! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering, [`ParamPack`], [`LaunchGuard`] |
+//! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix |
 //! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
@@ -53,7 +53,7 @@ pub mod team;
 
 pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, GpuThread, Location, SignalRef};
 pub use graph::TeamGraph;
-pub use launch::{Kernel, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
+pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
 pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};
 pub use module::KernelModule;
 pub use system::Link;

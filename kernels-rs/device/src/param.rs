@@ -104,3 +104,46 @@ unsafe impl DeviceParam for SignalPad {
         unsafe { SignalPad::from_raw(abi) }
     }
 }
+
+// Optional buffers: `None` travels as a null address (length 0); the host gives every real buffer, even an
+// empty one, a non-null address, so `Some` arrives as `Some`.
+
+// SAFETY: as for `&[T]`; a null pointer is `None`.
+unsafe impl<'a, T: DeviceCopy> DeviceParam for Option<&'a [T]> {
+    type Abi = RawSlice<T>;
+    #[inline(always)]
+    unsafe fn from_abi(abi: RawSlice<T>) -> Option<&'a [T]> {
+        // SAFETY: `from_abi`'s contract.
+        if abi.ptr.is_null() { None } else { Some(unsafe { <&[T]>::from_abi(abi) }) }
+    }
+}
+
+// SAFETY: as for `&mut [T]`; a null pointer is `None`.
+unsafe impl<'a, T: DeviceCopy> DeviceParam for Option<&'a mut [T]> {
+    type Abi = RawSlice<T>;
+    #[inline(always)]
+    unsafe fn from_abi(abi: RawSlice<T>) -> Option<&'a mut [T]> {
+        // SAFETY: `from_abi`'s contract.
+        if abi.ptr.is_null() { None } else { Some(unsafe { <&mut [T]>::from_abi(abi) }) }
+    }
+}
+
+// SAFETY: as for `SymSlice`; a null peer table is `None`.
+unsafe impl<T: DeviceCopy> DeviceParam for Option<SymSlice<T>> {
+    type Abi = RawSym<T>;
+    #[inline(always)]
+    unsafe fn from_abi(abi: RawSym<T>) -> Option<SymSlice<T>> {
+        // SAFETY: `from_abi`'s contract.
+        if abi.peers.is_null() { None } else { Some(unsafe { SymSlice::from_abi(abi) }) }
+    }
+}
+
+// SAFETY: as for `SymSliceMut`; a null peer table is `None`.
+unsafe impl<T: DeviceCopy> DeviceParam for Option<SymSliceMut<T>> {
+    type Abi = RawSym<T>;
+    #[inline(always)]
+    unsafe fn from_abi(abi: RawSym<T>) -> Option<SymSliceMut<T>> {
+        // SAFETY: `from_abi`'s contract.
+        if abi.peers.is_null() { None } else { Some(unsafe { SymSliceMut::from_abi(abi) }) }
+    }
+}

@@ -72,15 +72,14 @@ pub fn generate(k: &Kernel) -> TokenStream {
 /// arguments, so a type with ownership (a destructor, a unique handle) would be duplicated. Only the
 /// compiler knows which types are `Copy`; the check carries the argument type's span.
 fn copy_checks(k: &Kernel, attrs: &Attrs) -> TokenStream {
-    let checks: Vec<_> = k
-        .params
-        .iter()
-        .filter(|p| p.kind == ParamKind::ByValue)
-        .map(|p| {
-            let ty = &p.ty;
-            quote_spanned!(ty.span()=> by_value_kernel_arguments_must_be_copy::<#ty>();)
-        })
-        .collect();
+    let mut checks = Vec::new();
+    for entry in k.entries() {
+        for (p, ty) in k.params.iter().zip(&entry.tys) {
+            if p.kind == ParamKind::ByValue {
+                checks.push(quote_spanned!(p.ty.span()=> by_value_kernel_arguments_must_be_copy::<#ty>();));
+            }
+        }
+    }
     if checks.is_empty() {
         return TokenStream::new();
     }

@@ -27,6 +27,28 @@ pub fn with_static_lifetimes(ty: &Type) -> Type {
     ty
 }
 
+/// `ty` with each type parameter `params[i]` replaced by `args[i]`: an argument type of one instance of a
+/// generic kernel (`SymSliceMut<T>` → `SymSliceMut<f32>`).
+pub fn substitute(ty: &Type, params: &[syn::Ident], args: &[Type]) -> Type {
+    struct Subst<'a>(&'a [syn::Ident], &'a [Type]);
+    impl VisitMut for Subst<'_> {
+        fn visit_type_mut(&mut self, t: &mut Type) {
+            if let Type::Path(p) = t
+                && p.qself.is_none()
+                && let Some(id) = p.path.get_ident()
+                && let Some(i) = self.0.iter().position(|param| param == id)
+            {
+                *t = self.1[i].clone();
+                return;
+            }
+            visit_mut::visit_type_mut(self, t);
+        }
+    }
+    let mut ty = ty.clone();
+    Subst(params, args).visit_type_mut(&mut ty);
+    ty
+}
+
 /// Rewrites paths written in a module so they resolve the same from its child module `mod <kernel>`:
 /// `self::X` → `super::X`, `super::X` → `super::super::X`. Bare names resolve through the child's
 /// `use super::*;` and `crate::`/`::` paths are absolute.
@@ -44,6 +66,12 @@ pub trait Rebase {
 impl Rebase for Type {
     fn rebase(&mut self) {
         ChildModule.visit_type_mut(self);
+    }
+}
+
+impl Rebase for syn::Generics {
+    fn rebase(&mut self) {
+        ChildModule.visit_generics_mut(self);
     }
 }
 
@@ -87,6 +115,20 @@ mod tests {
         assert_eq!(s(with_static_lifetimes(&parse_quote!(&'_ [u32]))), "& 'static [u32]");
         assert_eq!(s(with_static_lifetimes(&parse_quote!(Foo<'_, u8>))), "Foo < 'static , u8 >");
         assert_eq!(s(with_static_lifetimes(&parse_quote!(u32))), "u32");
+    }
+
+    #[test]
+    fn substitution_replaces_type_parameters_only() {
+        let params = [syn::Ident::new("T", Span::call_site()), syn::Ident::new("U", Span::call_site())];
+        let args: [Type; 2] = [parse_quote!(f32), parse_quote!([u32; 4])];
+        let sub = |ty: Type| s(substitute(&ty, &params, &args));
+        assert_eq!(sub(parse_quote!(SymSliceMut<T>)), "SymSliceMut < f32 >");
+        assert_eq!(sub(parse_quote!(&mut [U])), "& mut [[u32 ; 4]]");
+        assert_eq!(sub(parse_quote!(Option<&[(T, U)]>)), "Option < & [(f32 , [u32 ; 4])] >");
+        // Paths that merely start with or contain the name are other types.
+        assert_eq!(sub(parse_quote!(T::Elem)), "T :: Elem");
+        assert_eq!(sub(parse_quote!(TT)), "TT");
+        assert_eq!(sub(parse_quote!(u32)), "u32");
     }
 
     #[test]

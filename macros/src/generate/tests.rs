@@ -99,7 +99,7 @@ fn host_keeps_the_body_and_adds_the_launch_module() {
     );
     assert!(text(&launch.sig.output).contains("LaunchGuard < 'a >"));
     assert!(launch.sig.unsafety.is_none());
-    assert!(!text(&launch.block).contains("LengthMismatch"));
+    assert!(!text(&launch.block).contains("Requirement"));
 
     let emulate = mod_fn(m, "emulate");
     assert!(emulate.sig.unsafety.is_some() && docs(emulate).contains("# Safety"));
@@ -117,7 +117,7 @@ fn options_reach_the_expansion() {
     let stat = text(&m.content.as_ref().unwrap().1.iter().find(|i| matches!(i, Item::Static(_))).unwrap());
     assert!(stat.contains("module : & super :: MY_MODULE") && stat.contains("waits : false"), "{stat}");
     let launch = text(&mod_fn(m, "launch").block);
-    assert_eq!(launch.matches("LengthMismatch").count(), 2);
+    assert_eq!(launch.matches("Requirement").count(), 2);
     assert!(launch.contains("relation : \"len(dst) == len(src)\""));
     assert!(launch.contains("relation : \"len(dst) >= len(sym)\""));
 }
@@ -212,9 +212,117 @@ fn launcher_docs_say_what_to_pass() {
         "`src`: `&'a SymBuffer<u8>`",
         "`pad`: `&'a SignalPadBuffer`",
         "`n`: `u32`",
-        "`Error::LengthMismatch` unless `len(dst) == len(src)` holds",
+        "`Error::Requirement` unless `len(dst) == len(src)` holds",
         "`Error::NotCoResident`",
     ] {
         assert!(d.contains(line), "missing {line:?} in {d}");
     }
+}
+
+#[test]
+fn relations_are_evaluated_in_checked_arithmetic() {
+    let f = file(
+        quote!(requires(len(dst) >= world() * len(src) + by)),
+        quote!(
+            pub fn k(dst: &mut [f32], src: &[f32], by: u32) {}
+        ),
+    );
+    let launch = text(&mod_fn(the_mod(&f, "k"), "launch").block);
+    for piece in [
+        "relation : \"len(dst) >= world() * len(src) + by\"",
+        "argument : \"dst\"",
+        "kernel : kernel . name",
+        "rank . world ()",
+        "checked_mul",
+        "checked_add",
+        "\"len(dst) = {}, world() = {}, len(src) = {}, by = {}; {} >= {}\"",
+    ] {
+        assert!(launch.contains(piece), "missing {piece:?} in {launch}");
+    }
+    // The checks come after every argument is lowered (a foreign buffer is reported first) and before the
+    // pack is built.
+    let at = |s: &str| launch.find(s).unwrap_or_else(|| panic!("`{s}` missing: {launch}"));
+    assert!(at(":: lower (") < at("Requirement") && at("Requirement") < at("ParamPack :: new"));
+}
+
+#[test]
+fn optional_buffers_and_byte_views_pick_their_lowering() {
+    let f = file(
+        quote!(bytes(src)),
+        quote!(
+            pub fn k(src: Option<&[u8]>, out: Option<&mut [f32]>) {}
+        ),
+    );
+    let launch = mod_fn(the_mod(&f, "k"), "launch");
+    let params: Vec<String> = launch.sig.inputs.iter().skip(2).map(text).collect();
+    assert_eq!(
+        params,
+        [
+            "src : < Option < & 'static [u8] > as :: ferrocomm :: LaunchBytes > :: Host < 'a >",
+            "out : < Option < & 'static mut [f32] > as :: ferrocomm :: LaunchParam > :: Host < 'a >",
+        ]
+    );
+    let d = docs(launch);
+    assert!(d.contains("`src`: `Option` of `ByteView<'a>` of a buffer of any element type"), "{d}");
+    assert!(d.contains("`out`: `Option` of `&'a mut SymBuffer<f32>`"), "{d}");
+    // `Option<&mut [f32]>` is not `Copy` and needs no check; nothing else is by value.
+    assert!(!f.items.iter().any(|i| matches!(i, Item::Const(_))));
+}
+
+#[test]
+fn generic_kernels_have_one_entry_per_instance() {
+    let f = file(
+        quote!(instances(k_f32<f32>, k_u8<u8>)),
+        quote!(
+            pub fn k<T: Element>(data: SymSliceMut<T>, n: u32) {}
+        ),
+    );
+    let entries: Vec<&ItemFn> = fns(&f).into_iter().filter(|f| f.sig.abi.is_some()).collect();
+    let names: Vec<String> = entries.iter().map(|e| e.sig.ident.to_string()).collect();
+    assert_eq!(names, ["k_f32", "k_u8"]);
+    assert_eq!(
+        text(&entries[0].sig.inputs),
+        "data : < SymSliceMut < f32 > as :: ferrocomm_device :: DeviceParam > :: Abi , n : < u32 as :: \
+         ferrocomm_device :: DeviceParam > :: Abi"
+    );
+    assert!(text(&entries[1].block).contains("__ferrocomm_kernel_k :: < u8 >"), "{}", text(&entries[1].block));
+    let body = fns(&f).into_iter().find(|f| f.sig.ident == "__ferrocomm_kernel_k").unwrap();
+    assert_eq!(text(&body.sig.generics), "< T : Element >");
+
+    // On the host: the generic body, one module per instance and the generic module.
+    let host = fns(&f).into_iter().find(|f| f.sig.ident == "k" && f.sig.abi.is_none()).unwrap();
+    assert_eq!(text(&host.sig.generics), "< T : Element >");
+    let m = the_mod(&f, "k_u8");
+    let stat = text(&m.content.as_ref().unwrap().1.iter().find(|i| matches!(i, Item::Static(_))).unwrap());
+    assert!(stat.contains("name : \"k_u8\""), "{stat}");
+    assert!(text(&mod_fn(m, "emulate").block).contains("super :: k :: < u8 >"));
+    assert!(text(&mod_fn(m, "launch").sig.inputs).contains("SymSliceMut < u8 >"));
+
+    let g = the_mod(&f, "k");
+    let items = text(&g.content.as_ref().unwrap().1.iter().map(text).collect::<Vec<_>>().join("\n"));
+    assert!(items.contains("pub trait Instance : __sealed :: Sealed"), "{items}");
+    assert!(items.contains("impl Instance for f32 { fn kernel () -> & 'static :: ferrocomm :: Kernel { & super :: k_f32 :: KERNEL } }"), "{items}");
+    let launch = mod_fn(g, "launch");
+    assert_eq!(text(&launch.sig.generics.params), "'a , T : Element");
+    assert!(text(&launch.sig.generics.where_clause).contains("T : Instance"));
+    assert!(text(&launch.sig.inputs).contains("SymSliceMut < T >"));
+    assert!(text(&launch.block).contains("< T as Instance > :: kernel ()"));
+    // `Copy` is checked per instance: the instance's types, not the parameter.
+    let consts: Vec<String> = f.items.iter().filter(|i| matches!(i, Item::Const(_))).map(text).collect();
+    assert!(consts[0].contains("< SymSliceMut < f32 > >") && consts[0].contains("< SymSliceMut < u8 > >"));
+    assert!(!consts[0].contains("< T >"));
+}
+
+#[test]
+fn several_type_parameters_select_by_tuple() {
+    let f = file(
+        quote!(instances(k_a<f32, u8>)),
+        quote!(
+            pub fn k<T, U>(a: &[T], b: &mut [U]) {}
+        ),
+    );
+    let g = the_mod(&f, "k");
+    let items = g.content.as_ref().unwrap().1.iter().map(text).collect::<Vec<_>>().join("\n");
+    assert!(items.contains("impl Instance for (f32 , u8 ,)"), "{items}");
+    assert!(text(&mod_fn(g, "launch").sig.generics.where_clause).contains("(T , U ,) : Instance"));
 }

@@ -201,9 +201,9 @@ fn relations_must_name_buffers() {
     ok(quote!(len(a) == len(b), len(s) >= len(a)), item.clone());
     let e = errs(quote!(len(a) == len(zz), len(n) <= len(b), len(a) == len(a)), item);
     assert_eq!(e.len(), 3, "{e:?}");
-    assert!(e[0].contains("`len(zz)`: the kernel has no argument `zz`"));
+    assert!(e[0].contains("`len(zz)` in `len(a) == len(zz)`: the kernel has no argument `zz`"), "{e:?}");
     assert!(e[1].contains("`len(n)`: `n` is not a buffer"));
-    assert!(e[2].contains("compares `a` with itself"));
+    assert!(e[2].contains("`len(a) == len(a)` compares `len(a)` with itself"), "{e:?}");
 }
 
 #[test]
@@ -246,4 +246,134 @@ fn errors_become_compile_error_invocations() {
     let ce = e.to_compile_error().to_string();
     assert!(ce.contains("compile_error"), "{ce}");
     assert!(ce.contains("`b` is a reference to host data (`&Vec<u8>`)"), "{ce}");
+}
+
+#[test]
+fn relations_with_arithmetic_scalars_and_fields() {
+    let item = quote!(
+        pub fn k(out: &mut [u32], src: SymSlice<u32>, n: u32, plan: Plan, pad: SignalPad) {}
+    );
+    ok(quote!(requires(len(out) >= world() * len(src), len(src) == n + plan.extra * 2)), item.clone());
+    let e = errs(quote!(requires(out >= n, len(src) >= pad, world() >= 2, len(zz) + 1 > n, n * 2 == n * 2)), item);
+    assert_eq!(e.len(), 5, "{e:?}");
+    assert!(e[0].contains("`out` in `out >= n`: `out` is a buffer, not a number; compare its length, `len(out)`"));
+    assert!(e[1].contains("`pad` is a signal pad, not a number"), "{e:?}");
+    assert!(e[2].contains("`world() >= 2` names no argument of the kernel"), "{e:?}");
+    assert!(e[3].contains("`len(zz)` in `len(zz) + 1 > n`: the kernel has no argument `zz`"), "{e:?}");
+    assert!(e[4].contains("`n * 2 == n * 2` compares `n * 2` with itself"), "{e:?}");
+}
+
+#[test]
+fn optional_buffers() {
+    let k = ok(
+        quote!(),
+        quote!(
+            pub fn k(a: Option<&[f32]>, b: Option<&mut [u8]>, c: Option<SymSlice<u32>>, d: core::option::Option<SymSliceMut<u8>>) {}
+        ),
+    );
+    let kinds: Vec<_> = k.params.iter().map(|p| (p.kind, p.optional)).collect();
+    assert_eq!(
+        kinds,
+        [(ParamKind::Slice, true), (ParamKind::SliceMut, true), (ParamKind::ByValue, true), (ParamKind::ByValue, true)]
+    );
+    for item in [
+        quote!(
+            pub fn k(x: Option<u32>) {}
+        ),
+        quote!(
+            pub fn k(x: Option<SignalPad>) {}
+        ),
+        quote!(
+            pub fn k(x: Option<Option<&[u8]>>) {}
+        ),
+    ] {
+        assert!(one(item).contains("kernel argument `x`: only buffers may be optional"));
+    }
+    // What is wrong inside the `Option` is reported as it is without one.
+    assert!(
+        one(quote!(
+            pub fn k(x: Option<&Vec<u8>>) {}
+        ))
+        .contains("reference to host data (`&Vec<u8>`)")
+    );
+    let e = errs(
+        quote!(len(a) == len(b)),
+        quote!(
+            pub fn k(a: Option<&[u8]>, b: &[u8]) {}
+        ),
+    );
+    assert!(e[0].contains("`a` is optional, and `None` has no length"), "{e:?}");
+}
+
+#[test]
+fn byte_views_name_u8_buffers() {
+    let k = ok(
+        quote!(bytes(a, b, c)),
+        quote!(
+            pub fn k(a: &[u8], b: Option<SymSliceMut<u8>>, c: SymSlice<u8>, d: &[u8]) {}
+        ),
+    );
+    let bytes: Vec<_> = k.params.iter().map(|p| p.bytes).collect();
+    assert_eq!(bytes, [true, true, true, false]);
+    let e = errs(
+        quote!(bytes(f, n, zz, a, a)),
+        quote!(
+            pub fn k(a: &[u8], f: &[f32], n: u8) {}
+        ),
+    );
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(e[0].contains("`bytes(f)`: `f` is not a `u8` buffer"), "{e:?}");
+    assert!(e[1].contains("`bytes(n)`: `n` is not a `u8` buffer"), "{e:?}");
+    assert!(e[2].contains("`bytes(zz)`: the kernel has no argument `zz`"), "{e:?}");
+    assert!(e[3].contains("`bytes(a)` is given twice"), "{e:?}");
+}
+
+#[test]
+fn generic_kernels_list_their_instances() {
+    let k = ok(
+        quote!(instances(k_f32<f32>, k_u8<u8>)),
+        quote!(
+            pub fn k<T: Copy>(data: SymSliceMut<T>, n: u32) {}
+        ),
+    );
+    assert_eq!(k.type_params, ["T"]);
+    assert_eq!(k.options.instances.len(), 2);
+    let two = ok(
+        quote!(instances(k_a<f32, u8>)),
+        quote!(
+            pub fn k<T, U>(a: &[T], b: &mut [U])
+            where
+                T: Copy,
+            {
+            }
+        ),
+    );
+    assert_eq!(two.type_params, ["T", "U"]);
+
+    assert!(
+        one(quote!(
+            pub fn k<T: Copy>(x: &[T]) {}
+        ))
+        .contains("cannot be generic without instances")
+    );
+    let e = errs(
+        quote!(instances(k_a<f32>, k_b<f32, u8>, k<u8>, k_a<u16>, k_c<f32>)),
+        quote!(
+            pub fn k<T>(x: &[T]) {}
+        ),
+    );
+    assert_eq!(e.len(), 4, "{e:?}");
+    assert!(e[0].contains("instance `k_b<f32, u8>` gives 2 type argument(s); kernel `k` has 1"), "{e:?}");
+    assert!(e[1].contains("instance `k` has the kernel's own name"), "{e:?}");
+    assert!(e[2].contains("instance `k_a` is listed twice"), "{e:?}");
+    assert!(e[3].contains("instances `k_a` and `k_c` are both `<f32>`"), "{e:?}");
+    assert!(
+        errs(
+            quote!(instances(k_a<f32>)),
+            quote!(
+                pub fn k(x: &[f32]) {}
+            )
+        )[0]
+        .contains("`instances(...)` is for generic kernels: kernel `k` has no type parameters")
+    );
 }

@@ -172,6 +172,73 @@ pub fn has_len(kind: ParamKind, ty: &Type) -> bool {
     }
 }
 
+/// `Option<X>` → `Some(X)`: an optional argument (any path whose last segment is `Option` with one type
+/// argument, so `core::option::Option<X>` too).
+pub fn option_inner(ty: &Type) -> Option<&Type> {
+    let Type::Path(p) = strip(ty) else { return None };
+    let last = p.path.segments.last()?;
+    if p.qself.is_some() || last.ident != "Option" {
+        return None;
+    }
+    match &last.arguments {
+        syn::PathArguments::AngleBracketed(a) if a.args.len() == 1 => match a.args.first()? {
+            syn::GenericArgument::Type(t) => Some(t),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Why an optional argument of this type cannot be one, if it cannot: only buffers may be optional.
+pub fn check_optional(name: &Ident, outer: &Type, inner: &Type, kind: ParamKind) -> syn::Result<()> {
+    if has_len(kind, inner) {
+        return Ok(());
+    }
+    Err(syn::Error::new_spanned(
+        outer,
+        format!(
+            "kernel argument `{name}`: only buffers may be optional (`Option<&[T]>`, `Option<&mut [T]>`, \
+             `Option<SymSlice<T>>`, `Option<SymSliceMut<T>>`), not `{}`; pass a scalar that says what the kernel \
+             should do instead",
+            tokens(outer)
+        ),
+    ))
+}
+
+/// The element type of a buffer type (`&[E]`, `&mut [E]`, `SymSlice<E>`, `SymSliceMut<E>`).
+pub fn buffer_element(ty: &Type) -> Option<&Type> {
+    match strip(ty) {
+        Type::Reference(r) => match strip(&r.elem) {
+            Type::Slice(s) => Some(&s.elem),
+            _ => None,
+        },
+        Type::Path(p) if p.qself.is_none() => {
+            let last = p.path.segments.last()?;
+            if !BUFFER_HANDLES.iter().any(|h| last.ident == h) {
+                return None;
+            }
+            match &last.arguments {
+                syn::PathArguments::AngleBracketed(a) => match a.args.first()? {
+                    syn::GenericArgument::Type(t) => Some(t),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Whether a type is written as `u8`.
+pub fn is_u8(ty: &Type) -> bool {
+    matches!(strip(ty), Type::Path(p) if p.qself.is_none() && p.path.is_ident("u8"))
+}
+
+/// Whether a type names the device library's `SignalPad` (a handle, not a number).
+pub fn is_signal_pad(ty: &Type) -> bool {
+    matches!(strip(ty), Type::Path(p) if p.qself.is_none() && p.path.segments.last().is_some_and(|s| s.ident == "SignalPad"))
+}
+
 /// Drops parentheses and invisible groups around a type.
 pub fn strip(mut ty: &Type) -> &Type {
     loop {
@@ -183,7 +250,7 @@ pub fn strip(mut ty: &Type) -> &Type {
     }
 }
 
-fn tokens(t: &impl ToTokens) -> String {
+pub fn tokens(t: &impl ToTokens) -> String {
     // `quote` spaces every token; squeeze the common cases so messages read like source.
     t.to_token_stream()
         .to_string()

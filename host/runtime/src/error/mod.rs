@@ -188,6 +188,22 @@ pub enum Error {
         /// The right side's value.
         right: usize,
     },
+    /// A relation a kernel requires of its arguments (`#[kernel(requires(...))]`) does not hold; the launcher
+    /// checked it before anything was launched.
+    #[error(
+        "kernel `{kernel}`: argument `{argument}` does not satisfy `{relation}` ({values}); pass arguments that \
+         satisfy it"
+    )]
+    Requirement {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// The first argument the relation names (the one it constrains, as written first).
+        argument: &'static str,
+        /// The relation, as written (`len(out) >= world() * len(src)`).
+        relation: &'static str,
+        /// The value of each term and of both sides (`len(out) = 3, world() = 2, len(src) = 4; 3 >= 8`).
+        values: String,
+    },
     /// An allocation whose byte size does not fit in `usize`.
     #[error("{len} elements of {elem_bytes} bytes overflow the address space; allocate fewer elements")]
     SizeOverflow {

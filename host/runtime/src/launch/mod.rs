@@ -4,6 +4,7 @@
 mod decode;
 mod guard;
 mod param;
+mod views;
 
 use std::ffi::c_void;
 use std::sync::PoisonError;
@@ -13,6 +14,7 @@ use std::time::Instant;
 pub(crate) use decode::short_type_name;
 pub use guard::LaunchGuard;
 pub use param::{LaunchParam, ParamPack};
+pub use views::{ByteView, ByteViewMut, LaunchBytes};
 
 use crate::error::Error;
 use crate::module::KernelModule;

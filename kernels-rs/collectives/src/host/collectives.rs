@@ -4,12 +4,10 @@
 
 use std::mem::size_of;
 
-use ferrocomm::{DeviceCopy, LaunchConfig, LaunchGuard, SymBuffer};
-use ferrocomm_device::abi::RawSlice;
+use ferrocomm::{ByteView, ByteViewMut, DeviceCopy, LaunchConfig, LaunchGuard, SymBuffer};
 
-use super::args::{self, pack};
 use super::{Algorithm, CommError, Communicator, ExchangeTransport, Op, Reducible};
-use crate::kernels::exchange;
+use crate::kernels::{all_reduce_ll, exchange, one_shot, two_shot};
 use crate::layout::{ExchangePlan, TwoShotPlan, VECTOR_BYTES, exchange_mode, ll_slot_packets};
 
 /// Bytes of a message an LL region of `slot_packets` packets carries.
@@ -80,7 +78,7 @@ impl<'t> Communicator<'t> {
                 let vectors = bytes.div_ceil(VECTOR_BYTES);
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.ll_threads, t.max_blocks), t.ll_threads);
                 let slot = self.ll_slot_packets as u64;
-                Ok(T::launch_ll(self.team, cfg, buf, &mut self.ll, &self.one_shot_pad, op.code(), slot)?)
+                Ok(all_reduce_ll::all_reduce::launch(self.team, cfg, buf, &mut self.ll, &self.one_shot_pad, op.code(), slot)?)
             }
             Algorithm::OneShot => {
                 let vectors = bytes.div_ceil(VECTOR_BYTES);
@@ -94,30 +92,16 @@ impl<'t> Communicator<'t> {
                 }
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.threads, t.max_blocks), t.threads);
                 let slot = self.stage_slot_vectors as u64;
-                Ok(T::launch_one_shot(self.team, cfg, buf, &mut self.stage, &self.one_shot_pad, op.code(), slot)?)
+                Ok(one_shot::all_reduce::launch(self.team, cfg, buf, &mut self.stage, &self.one_shot_pad, op.code(), slot)?)
             }
             Algorithm::TwoShot => {
                 let world = self.world();
                 // Chunks start on 16-byte boundaries so every vector access is aligned.
                 let chunk = buf.len().div_ceil(world).next_multiple_of(T::LANES).max(1);
                 let plan = self.two_shot_plan(op, true, buf.len(), chunk);
-                let cfg = self.two_shot_config::<T>(chunk)?;
-                let (scratch, pad) = (&mut self.scratch, &self.two_shot_pad);
-                // SAFETY: `two_shot_<T>(data: SymSliceMut<T>, out: &mut [T], scratch: SymSliceMut<[u32; 4]>,
-                // pad: SignalPad, plan: TwoShotPlan)`, packed in order with its ABI types. `buf` and
-                // `scratch` are borrowed mutably for `'a`; `out` is empty (an all-reduce writes `data`).
-                let guard = unsafe {
-                    args::launch(self.team, T::two_shot_kernel(), cfg, |rank| {
-                        Ok(pack![
-                            args::sym(buf, rank)?,
-                            args::empty::<T>(),
-                            args::sym(scratch, rank)?,
-                            args::pad(pad, rank)?,
-                            plan
-                        ])
-                    })?
-                };
-                Ok(guard)
+                let cfg = self.two_shot_config(two_shot::all_reduce::kernel::<T>(), size_of::<T>(), chunk)?;
+                // An all-reduce writes its result into `data`: no separate output.
+                Ok(two_shot::all_reduce::launch(self.team, cfg, buf, None, &mut self.scratch, &self.two_shot_pad, plan)?)
             }
         }
     }
@@ -140,22 +124,8 @@ impl<'t> Communicator<'t> {
         }
         let chunk = output.len().max(1);
         let plan = self.two_shot_plan(op, false, input.len(), chunk);
-        let cfg = self.two_shot_config::<T>(chunk)?;
-        let (scratch, pad) = (&mut self.scratch, &self.two_shot_pad);
-        // SAFETY: the two-shot kernel's arguments in order (see `all_reduce_with`). With `gather == 0` it
-        // only reads `data` (the input, borrowed shared for `'a`) and writes `out` (borrowed mutably).
-        let guard = unsafe {
-            args::launch(self.team, T::two_shot_kernel(), cfg, |rank| {
-                Ok(pack![
-                    args::sym(input, rank)?,
-                    args::slice(output, rank)?,
-                    args::sym(scratch, rank)?,
-                    args::pad(pad, rank)?,
-                    plan
-                ])
-            })?
-        };
-        Ok(guard)
+        let cfg = self.two_shot_config(two_shot::reduce_scatter::kernel::<T>(), size_of::<T>(), chunk)?;
+        Ok(two_shot::reduce_scatter::launch(self.team, cfg, input, output, &mut self.scratch, &self.two_shot_pad, plan)?)
     }
 
     fn two_shot_plan(&self, op: Op, gather: bool, len: usize, chunk: usize) -> TwoShotPlan {
@@ -168,12 +138,17 @@ impl<'t> Communicator<'t> {
         }
     }
 
-    /// The two-shot's grid: `Tuning::threads` per block, or fewer where the kernel's registers allow fewer
-    /// (the `f32` two-shot, on sm_90, at most 480).
-    fn two_shot_config<T: Reducible>(&self, chunk: usize) -> Result<LaunchConfig, CommError> {
+    /// The two-shot's grid for `kernel` (elements of `elem_bytes`): `Tuning::threads` per block, or fewer
+    /// where the kernel's registers allow fewer (the `f32` two-shot, on sm_90, at most 480).
+    fn two_shot_config(
+        &self,
+        kernel: &'static ferrocomm::Kernel,
+        elem_bytes: usize,
+        chunk: usize,
+    ) -> Result<LaunchConfig, CommError> {
         let t = &self.tuning;
-        let threads = t.threads.min(self.team.max_threads_per_block(T::two_shot_kernel())? / 32 * 32).max(32);
-        let segment = (chunk * size_of::<T>()).div_ceil(VECTOR_BYTES).min(self.slot_vectors);
+        let threads = t.threads.min(self.team.max_threads_per_block(kernel)? / 32 * 32).max(32);
+        let segment = (chunk * elem_bytes).div_ceil(VECTOR_BYTES).min(self.slot_vectors);
         Ok(LaunchConfig::new(t.blocks_for(segment, threads, t.max_blocks), threads))
     }
 
@@ -194,14 +169,8 @@ impl<'t> Communicator<'t> {
         }
         let bytes = input.len() * size_of::<T>();
         let plan = self.exchange_plan(exchange_mode::ALL_GATHER, 0, bytes, bytes, 0);
-        self.launch_exchange(bytes, plan, |rank| {
-            Ok(Lowered {
-                src: args::slice_bytes(input, rank)?,
-                counts: args::empty(),
-                dst: args::sym_bytes(output, rank)?,
-                recv_counts: args::empty(),
-            })
-        })
+        let buffers = ExchangeBuffers { src: Some(input.bytes()), send_counts: None, dst: output.bytes_mut(), recv_counts: None };
+        self.launch_exchange(bytes, plan, buffers)
     }
 
     /// Broadcast: `root`'s `buf` lands in every rank's `buf`.
@@ -216,17 +185,10 @@ impl<'t> Communicator<'t> {
         }
         let bytes = buf.len() * size_of::<T>();
         let plan = self.exchange_plan(exchange_mode::BROADCAST, root, bytes, 0, 0);
-        let buf = &*buf;
-        // The root's buffer is the source and nobody writes it; the others' buffers are written only by
-        // them (LL) or the root (direct), and they send nothing.
-        self.launch_exchange(bytes, plan, |rank| {
-            Ok(Lowered {
-                src: if rank.rank() == root { args::slice_bytes(buf, rank)? } else { args::empty() },
-                counts: args::empty(),
-                dst: args::sym_bytes(buf, rank)?,
-                recv_counts: args::empty(),
-            })
-        })
+        // No send buffer: the root sends its part of `buf`, which no rank writes in a broadcast (the kernels'
+        // `exchange_buffers`); the others send nothing and receive into theirs.
+        let buffers = ExchangeBuffers { src: None, send_counts: None, dst: buf.bytes_mut(), recv_counts: None };
+        self.launch_exchange(bytes, plan, buffers)
     }
 
     /// All-to-all with per-destination row counts in device memory (MoE dispatch and combine).
@@ -273,14 +235,13 @@ impl<'t> Communicator<'t> {
         let row_bytes = row_len * size_of::<T>();
         let slot_bytes = cap_rows * row_bytes;
         let plan = self.exchange_plan(exchange_mode::ALL_TO_ALL, 0, row_bytes, slot_bytes, cap_rows);
-        self.launch_exchange(slot_bytes, plan, |rank| {
-            Ok(Lowered {
-                src: args::slice_bytes(send, rank)?,
-                counts: args::slice(send_counts, rank)?,
-                dst: args::sym_bytes(recv, rank)?,
-                recv_counts: args::slice(recv_counts, rank)?,
-            })
-        })
+        let buffers = ExchangeBuffers {
+            src: Some(send.bytes()),
+            send_counts: Some(send_counts),
+            dst: recv.bytes_mut(),
+            recv_counts: Some(recv_counts),
+        };
+        self.launch_exchange(slot_bytes, plan, buffers)
     }
 
     fn exchange_plan(
@@ -306,65 +267,51 @@ impl<'t> Communicator<'t> {
         &'a mut self,
         max_bytes: usize,
         mut plan: ExchangePlan,
-        mut lower: impl FnMut(&ferrocomm::RankRef<'_>) -> Result<Lowered, ferrocomm::Error>,
+        b: ExchangeBuffers<'a>,
     ) -> Result<LaunchGuard<'a>, CommError> {
         let transport = self.exchange_transport(max_bytes);
         let t = &self.tuning;
         let vectors = max_bytes.div_ceil(VECTOR_BYTES);
-        let (one_shot_pad, pad) = (&self.one_shot_pad, &self.exchange_pad);
+        let team = self.team;
         let guard = match transport {
             ExchangeTransport::Ll => {
                 debug_assert!(ll_slot_packets(max_bytes) <= self.ll_slot_packets);
                 plan.slot = self.ll_slot_packets as u64;
-                let ll = &mut self.ll;
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.ll_threads, t.max_blocks), t.ll_threads);
-                // SAFETY: `exchange_ll(src: &[u8], send_counts: &[u32], dst: SymSliceMut<u8>, recv_counts:
-                // &mut [u32], ll: SymSliceMut<LlPacket>, pad: SignalPad, plan: ExchangePlan)`, packed in order
-                // with its ABI types. The callers' buffers are borrowed for `'a` as the kernel uses them (see
-                // `Lowered`), the LL buffer mutably.
-                unsafe {
-                    args::launch(self.team, &exchange::exchange_ll::KERNEL, cfg, |rank| {
-                        let l = lower(rank)?;
-                        let (ll, pad) = (args::sym(ll, rank)?, args::pad(one_shot_pad, rank)?);
-                        Ok(pack![l.src, l.counts, l.dst, l.recv_counts, ll, pad, plan])
-                    })?
-                }
+                let (ll, pad) = (&mut self.ll, &self.one_shot_pad);
+                exchange::exchange_ll::launch(team, cfg, b.src, b.send_counts, b.dst, b.recv_counts, ll, pad, plan)?
             }
             ExchangeTransport::Staged => {
                 plan.slot = self.stage_slot_vectors as u64;
-                let stage = &mut self.stage;
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.threads, t.max_blocks), t.threads);
-                // SAFETY: `exchange_staged(src, send_counts, dst, recv_counts, stage: SymSliceMut<[u32; 4]>,
-                // pad: SignalPad, plan)`, as above with the staging buffer (borrowed mutably) for the LL buffer.
-                unsafe {
-                    args::launch(self.team, &exchange::exchange_staged::KERNEL, cfg, |rank| {
-                        let l = lower(rank)?;
-                        let (stage, pad) = (args::sym(stage, rank)?, args::pad(one_shot_pad, rank)?);
-                        Ok(pack![l.src, l.counts, l.dst, l.recv_counts, stage, pad, plan])
-                    })?
-                }
+                let (stage, pad) = (&mut self.stage, &self.one_shot_pad);
+                exchange::exchange_staged::launch(
+                    team,
+                    cfg,
+                    b.src,
+                    b.send_counts,
+                    b.dst,
+                    b.recv_counts,
+                    stage,
+                    pad,
+                    plan,
+                )?
             }
             ExchangeTransport::Direct => {
                 let cfg = LaunchConfig::new(t.blocks_for(vectors, t.threads, t.max_blocks), t.threads);
-                // SAFETY: `exchange_direct(src, send_counts, dst, recv_counts, pad: SignalPad, plan)`, as above
-                // without the LL buffer.
-                unsafe {
-                    args::launch(self.team, &exchange::exchange_direct::KERNEL, cfg, |rank| {
-                        let l = lower(rank)?;
-                        Ok(pack![l.src, l.counts, l.dst, l.recv_counts, args::pad(pad, rank)?, plan])
-                    })?
-                }
+                let pad = &self.exchange_pad;
+                exchange::exchange_direct::launch(team, cfg, b.src, b.send_counts, b.dst, b.recv_counts, pad, plan)?
             }
         };
         Ok(guard)
     }
 }
 
-/// One rank's buffers of an exchange, lowered: `src` and `counts` are read, `dst` and `recv_counts`
-/// written (the public methods borrow them accordingly).
-struct Lowered {
-    src: RawSlice<u8>,
-    counts: RawSlice<u32>,
-    dst: ferrocomm_device::abi::RawSym<u8>,
-    recv_counts: RawSlice<u32>,
+/// The caller's buffers of an exchange, borrowed as the kernels use them: `src` (bytes) and `send_counts`
+/// read, `dst` (bytes) and `recv_counts` written; the counts for an all-to-all only.
+struct ExchangeBuffers<'a> {
+    src: Option<ByteView<'a>>,
+    send_counts: Option<&'a SymBuffer<u32>>,
+    dst: ByteViewMut<'a>,
+    recv_counts: Option<&'a mut SymBuffer<u32>>,
 }

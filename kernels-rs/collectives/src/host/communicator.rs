@@ -7,7 +7,6 @@ use std::mem::size_of;
 use ferrocomm::{DeviceCopy, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team, TeamGraph};
 use ferrocomm_device::abi::LlPacket;
 
-use super::args::{self, pack};
 use super::{CommError, Tuning};
 use crate::element::V16;
 use crate::kernels::{barrier, p2p};
@@ -314,21 +313,7 @@ impl<'t> Communicator<'t> {
             });
         }
         let cfg = self.put_config(src.len() * size_of::<T>());
-        let pad = &self.p2p_pad;
-        // SAFETY: `put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, active: u32)`,
-        // packed in order with its ABI types; `src` is borrowed shared and `dst` mutably for `'a`.
-        let guard = unsafe {
-            args::launch(self.team, &p2p::put_signal::KERNEL, cfg, |rank| {
-                Ok(pack![
-                    args::slice_bytes(src, rank)?,
-                    args::sym_bytes(dst, rank)?,
-                    args::pad(pad, rank)?,
-                    shift,
-                    active
-                ])
-            })?
-        };
-        Ok(guard)
+        Ok(p2p::put_signal::launch(self.team, cfg, src.bytes(), dst.bytes_mut(), &self.p2p_pad, shift, active)?)
     }
 
     /// Get: along `route`, each active rank reads the start of the source rank's `src` into its `dst` (as
@@ -349,21 +334,7 @@ impl<'t> Communicator<'t> {
             });
         }
         let cfg = self.put_config(dst.len() * size_of::<T>());
-        let pad = &self.p2p_pad;
-        // SAFETY: `get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active: u32)`, packed in
-        // order with its ABI types; `dst` is borrowed mutably and `src` shared for `'a`.
-        let guard = unsafe {
-            args::launch(self.team, &p2p::get::KERNEL, cfg, |rank| {
-                Ok(pack![
-                    args::slice_bytes(dst, rank)?,
-                    args::sym_bytes(src, rank)?,
-                    args::pad(pad, rank)?,
-                    shift,
-                    active
-                ])
-            })?
-        };
-        Ok(guard)
+        Ok(p2p::get::launch(self.team, cfg, dst.bytes_mut(), src.bytes(), &self.p2p_pad, shift, active)?)
     }
 
     fn put_config(&self, bytes: usize) -> LaunchConfig {

@@ -8,12 +8,10 @@
 //! | `communicator` | [`Communicator`]: construction, barrier, ping-pong, put, get |
 //! | `collectives` | all-reduce, reduce-scatter, all-gather, broadcast, all-to-all |
 //! | `tuning` | [`Tuning`]: grids, thresholds, capacities |
-//! | `args` | lowering buffers to kernel arguments (generic element types travel as bytes) |
 //! | [`reference`] | CPU references |
 //! | [`verify`] | correctness scenarios against the references (tests, benchmark) |
 //! | `error` | [`CommError`] |
 
-mod args;
 mod collectives;
 mod communicator;
 mod error;
@@ -25,11 +23,9 @@ pub use communicator::{Communicator, PingPong, PingProtocol, Route};
 pub use error::CommError;
 pub use tuning::{TUNING_ENV, Tuning};
 
-use ferrocomm::{Kernel, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
-use ferrocomm_device::abi::LlPacket;
 use ferrocomm_device::{bf16, f16};
 
-use crate::element::{self, Element, ReduceOp, V16};
+use crate::element::{self, Element, ReduceOp};
 use crate::kernels::{all_reduce_ll, one_shot, two_shot};
 
 /// A reduction operator.
@@ -89,70 +85,14 @@ pub enum ExchangeTransport {
     Direct,
 }
 
-/// Element types the reducing collectives support: `f32`, `f16`, `bf16`.
-pub trait Reducible: Element {
-    /// The two-shot kernel (all-reduce, reduce-scatter) of this type.
-    fn two_shot_kernel() -> &'static Kernel;
-
-    /// Launches the LL one-shot all-reduce through its typed launcher.
-    #[doc(hidden)]
-    fn launch_ll<'a>(
-        team: &'a Team,
-        cfg: LaunchConfig,
-        data: &'a mut SymBuffer<Self>,
-        ll: &'a mut SymBuffer<LlPacket>,
-        pad: &'a SignalPadBuffer,
-        op: u32,
-        slot_packets: u64,
-    ) -> Result<LaunchGuard<'a>, ferrocomm::Error>;
-
-    /// Launches the one-shot push all-reduce through its typed launcher.
-    #[doc(hidden)]
-    fn launch_one_shot<'a>(
-        team: &'a Team,
-        cfg: LaunchConfig,
-        data: &'a mut SymBuffer<Self>,
-        stage: &'a mut SymBuffer<V16>,
-        pad: &'a SignalPadBuffer,
-        op: u32,
-        slot_vectors: u64,
-    ) -> Result<LaunchGuard<'a>, ferrocomm::Error>;
+/// Element types the reducing collectives support: `f32`, `f16`, `bf16` — those every reducing kernel has
+/// an instance for, so the collectives launch through the kernels' generic launchers.
+pub trait Reducible:
+    Element + all_reduce_ll::all_reduce::Instance + one_shot::all_reduce::Instance + two_shot::all_reduce::Instance
+    + two_shot::reduce_scatter::Instance
+{
 }
 
-macro_rules! reducible {
-    ($($t:ty => $ll:ident, $one:ident, $two:ident);* $(;)?) => { $(
-        impl Reducible for $t {
-            fn two_shot_kernel() -> &'static Kernel {
-                &two_shot::$two::KERNEL
-            }
-            fn launch_ll<'a>(
-                team: &'a Team,
-                cfg: LaunchConfig,
-                data: &'a mut SymBuffer<Self>,
-                ll: &'a mut SymBuffer<LlPacket>,
-                pad: &'a SignalPadBuffer,
-                op: u32,
-                slot_packets: u64,
-            ) -> Result<LaunchGuard<'a>, ferrocomm::Error> {
-                all_reduce_ll::$ll::launch(team, cfg, data, ll, pad, op, slot_packets)
-            }
-            fn launch_one_shot<'a>(
-                team: &'a Team,
-                cfg: LaunchConfig,
-                data: &'a mut SymBuffer<Self>,
-                stage: &'a mut SymBuffer<V16>,
-                pad: &'a SignalPadBuffer,
-                op: u32,
-                slot_vectors: u64,
-            ) -> Result<LaunchGuard<'a>, ferrocomm::Error> {
-                one_shot::$one::launch(team, cfg, data, stage, pad, op, slot_vectors)
-            }
-        }
-    )* };
-}
-
-reducible! {
-    f32 => all_reduce_ll_f32, one_shot_f32, two_shot_f32;
-    f16 => all_reduce_ll_f16, one_shot_f16, two_shot_f16;
-    bf16 => all_reduce_ll_bf16, one_shot_bf16, two_shot_bf16;
-}
+impl Reducible for f32 {}
+impl Reducible for f16 {}
+impl Reducible for bf16 {}

@@ -77,18 +77,15 @@ fn all_reduce_ll<T: Element, O: ReduceOp>(
     pad.advance_epoch();
 }
 
-macro_rules! all_reduce_ll_kernels {
-    ($($name:ident: $t:ty),* $(,)?) => { $(
-        #[doc = concat!("One-shot LL all-reduce of `", stringify!($t), "` `data` in place, with the [`op_code`]")]
-        /// `op`; `ll` is the LL buffer, `2 * world * slot_packets` packets (see the module documentation).
-        /// Launch enough threads for one per 16-byte vector or fewer (they stride), every block co-resident.
-        ///
-        /// [`op_code`]: crate::layout::op_code
-        #[kernel]
-        pub fn $name(data: SymSliceMut<$t>, ll: SymSliceMut<LlPacket>, pad: SignalPad, op: u32, slot_packets: u64) {
-            crate::with_op!(op, O => all_reduce_ll::<$t, O>(data, ll, pad, slot_packets as usize))
-        }
-    )* };
+/// One-shot LL all-reduce of `data` in place, with the [`op_code`] `op`, one PTX entry per element type; `ll`
+/// is the LL buffer, `2 * world * slot_packets` packets (see the module documentation). Launch enough threads
+/// for one per 16-byte vector or fewer (they stride), every block co-resident.
+///
+/// [`op_code`]: crate::layout::op_code
+#[kernel(
+    instances(all_reduce_ll_f32<f32>, all_reduce_ll_f16<f16>, all_reduce_ll_bf16<bf16>),
+    requires(len(ll) >= 2 * world() * slot_packets)
+)]
+pub fn all_reduce<T: Element>(data: SymSliceMut<T>, ll: SymSliceMut<LlPacket>, pad: SignalPad, op: u32, slot_packets: u64) {
+    crate::with_op!(op, O => all_reduce_ll::<T, O>(data, ll, pad, slot_packets as usize))
 }
-
-all_reduce_ll_kernels!(all_reduce_ll_f32: f32, all_reduce_ll_f16: f16, all_reduce_ll_bf16: bf16);

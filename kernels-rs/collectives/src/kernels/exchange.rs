@@ -110,20 +110,46 @@ fn copy_to_self(messages: &Messages<'_>, dst: SymSliceMut<u8>, recv_counts: &mut
     }
 }
 
+/// The exchange kernels' optional buffers as the bodies use them. `src`: the send buffer, or — for a
+/// broadcast's root, which passes none — its own part of `dst`, which no rank writes in a broadcast (the
+/// root sends nothing to itself and receives only empty messages); other ranks without one send nothing.
+/// The counts: all-to-all only (the other modes never read them), empty when not passed.
+#[inline(always)]
+fn exchange_buffers<'a>(
+    src: Option<&'a [u8]>,
+    send_counts: Option<&'a [u32]>,
+    recv_counts: Option<&'a mut [u32]>,
+    dst: SymSliceMut<u8>,
+    plan: &ExchangePlan,
+    rank: usize,
+) -> (&'a [u8], &'a [u32], &'a mut [u32]) {
+    let src = match src {
+        Some(src) => src,
+        None if plan.mode == exchange_mode::BROADCAST && rank == plan.root as usize => {
+            let raw = dst.raw();
+            // SAFETY: this rank's part of `dst`, live for the launch; a broadcast's root is read, never
+            // written (see above), so a shared slice of it is sound for the whole launch.
+            unsafe { core::slice::from_raw_parts(raw.local.cast_const(), raw.len) }
+        }
+        None => &[],
+    };
+    (src, send_counts.unwrap_or_default(), recv_counts.unwrap_or_default())
+}
+
 /// Small-message exchange over LL packets (see the module documentation). `src`: this rank's send buffer
-/// (empty on non-root ranks of a broadcast); `send_counts`/`recv_counts`: all-to-all only (`world` rows
-/// each); `dst`: the receive buffer; `ll`: the LL buffer, `2 * world * plan.slot` packets.
+/// (`None` in a broadcast: the root sends its part of `dst`); `send_counts`/`recv_counts`: all-to-all only
+/// (`world` rows each, `None` otherwise); `dst`: the receive buffer; `ll`: the LL buffer, `2 * world * plan.slot` packets.
 ///
 /// A message travels as 16-byte vectors of two packets each: vector 0 is its header, vector `1 + k` its
 /// bytes `16k..16k + 16`. Thread `g` of the grid sends and receives vectors `g, g + threads, …` of every
 /// message — a split that does not depend on the length, so no thread waits for another: each polls the
 /// header itself, then its own vectors, and no barrier stands between a message's arrival and its copy.
-#[kernel]
+#[kernel(bytes(src, dst), requires(len(dst) >= world() * plan.slot_bytes, len(ll) >= 2 * world() * plan.slot))]
 pub fn exchange_ll(
-    src: &[u8],
-    send_counts: &[u32],
+    src: Option<&[u8]>,
+    send_counts: Option<&[u32]>,
     dst: SymSliceMut<u8>,
-    recv_counts: &mut [u32],
+    recv_counts: Option<&mut [u32]>,
     ll: SymSliceMut<LlPacket>,
     pad: SignalPad,
     plan: ExchangePlan,
@@ -133,6 +159,7 @@ pub fn exchange_ll(
     assert!(2 * world * slot <= ll.len(), "LL buffer smaller than the plan's regions");
     let epoch = pad.epoch();
     let (flag, parity) = (ll_flag(epoch), epoch & 1);
+    let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
     let (first, stride) = (global_thread_idx() as usize, global_threads() as usize);
 
@@ -205,12 +232,12 @@ fn local_region(dst: SymSliceMut<u8>, at: usize, len: usize) -> Region {
 /// Mid-size exchange through the staging buffer (see the module documentation). Arguments as for
 /// [`exchange_ll`](fn@exchange_ll), with `stage` (`2 * world * plan.slot` vectors) instead of the LL buffer
 /// and the one-shot pad.
-#[kernel]
+#[kernel(bytes(src, dst), requires(len(dst) >= world() * plan.slot_bytes, len(stage) >= 2 * world() * plan.slot))]
 pub fn exchange_staged(
-    src: &[u8],
-    send_counts: &[u32],
+    src: Option<&[u8]>,
+    send_counts: Option<&[u32]>,
     dst: SymSliceMut<u8>,
-    recv_counts: &mut [u32],
+    recv_counts: Option<&mut [u32]>,
     stage: SymSliceMut<[u32; 4]>,
     pad: SignalPad,
     plan: ExchangePlan,
@@ -222,6 +249,7 @@ pub fn exchange_staged(
     assert!(2 * world * slot <= stage.len(), "staging buffer smaller than the plan's slots");
     let epoch = pad.epoch();
     let parity = epoch & 1;
+    let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
 
     for q in (0..world).filter(|&q| q != rank) {
@@ -272,18 +300,19 @@ pub fn exchange_staged(
 
 /// Large-message exchange by direct stores (see the module documentation). Arguments as for
 /// [`exchange_ll`](fn@exchange_ll), without the LL buffer.
-#[kernel]
+#[kernel(bytes(src, dst), requires(len(dst) >= world() * plan.slot_bytes))]
 pub fn exchange_direct(
-    src: &[u8],
-    send_counts: &[u32],
+    src: Option<&[u8]>,
+    send_counts: Option<&[u32]>,
     dst: SymSliceMut<u8>,
-    recv_counts: &mut [u32],
+    recv_counts: Option<&mut [u32]>,
     pad: SignalPad,
     plan: ExchangePlan,
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let epoch = pad.epoch();
+    let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
     let peer = peer_thread(rank, world);
 

@@ -66,18 +66,15 @@ fn one_shot<T: Element, O: ReduceOp>(data: SymSliceMut<T>, stage: SymSliceMut<V1
     pad.advance_epoch();
 }
 
-macro_rules! one_shot_kernels {
-    ($($name:ident: $t:ty),* $(,)?) => { $(
-        #[doc = concat!("One-shot push all-reduce of `", stringify!($t), "` `data` in place with the [`op_code`]")]
-        /// `op` (see the module documentation). `stage` holds `2 * world * slot_vectors` vectors and a slot
-        /// at least the vectors of `data`. Every block must be co-resident; grids are the same on every rank.
-        ///
-        /// [`op_code`]: crate::layout::op_code
-        #[kernel]
-        pub fn $name(data: SymSliceMut<$t>, stage: SymSliceMut<[u32; 4]>, pad: SignalPad, op: u32, slot_vectors: u64) {
-            crate::with_op!(op, O => one_shot::<$t, O>(data, stage, pad, slot_vectors as usize))
-        }
-    )* };
+/// One-shot push all-reduce of `data` in place with the [`op_code`] `op` (see the module documentation), one
+/// PTX entry per element type. `stage` holds `2 * world * slot_vectors` vectors and a slot at least the
+/// vectors of `data`. Every block must be co-resident; grids are the same on every rank.
+///
+/// [`op_code`]: crate::layout::op_code
+#[kernel(
+    instances(one_shot_f32<f32>, one_shot_f16<f16>, one_shot_bf16<bf16>),
+    requires(len(stage) >= 2 * world() * slot_vectors)
+)]
+pub fn all_reduce<T: Element>(data: SymSliceMut<T>, stage: SymSliceMut<[u32; 4]>, pad: SignalPad, op: u32, slot_vectors: u64) {
+    crate::with_op!(op, O => one_shot::<T, O>(data, stage, pad, slot_vectors as usize))
 }
-
-one_shot_kernels!(one_shot_f32: f32, one_shot_f16: f16, one_shot_bf16: bf16);

@@ -138,7 +138,7 @@ pub fn ping_pong_ll(
 /// share `b` (16-byte vectors, four in flight per thread) and then raising the target's `done(b)` signal
 /// with release ordering; the target waits for every block's signal. Before writing, a sender waits until
 /// its target has raised `ready` (the target's earlier stream work on `dst` is done).
-#[kernel]
+#[kernel(bytes(src, dst), requires(len(dst) >= len(src)))]
 pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
     let epoch = pad.epoch();
@@ -169,7 +169,7 @@ pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, 
 /// once the source has raised `ready` (its earlier stream work on `src` is done); then block `b` raises the
 /// source's `done(b)`, and the source waits for every block before its launch ends (so later writes to
 /// `src` cannot race the reads).
-#[kernel]
+#[kernel(bytes(dst, src), requires(len(src) >= len(dst)))]
 pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
     let epoch = pad.epoch();

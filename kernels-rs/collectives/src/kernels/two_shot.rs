@@ -161,20 +161,47 @@ fn two_shot<T: Element, O: ReduceOp>(
     pad.advance_epoch();
 }
 
-macro_rules! two_shot_kernels {
-    ($($name:ident: $t:ty),* $(,)?) => { $(
-        #[doc = concat!("Two-shot reduction of `", stringify!($t), "` `data` with the [`op_code`] `plan.op`")]
-        /// (see the module documentation). All-reduce (`plan.gather != 0`): the result replaces `data` on
-        /// every rank, `out` is unused (pass an empty buffer). Reduce-scatter: `data` is only read, and rank
-        /// `r`'s `out` receives chunk `r` reduced. `scratch` holds `world * plan.slot_vectors` vectors.
-        /// Every block must be co-resident; grids are the same on every rank.
-        ///
-        /// [`op_code`]: crate::layout::op_code
-        #[kernel]
-        pub fn $name(data: SymSliceMut<$t>, out: &mut [$t], scratch: SymSliceMut<[u32; 4]>, pad: SignalPad, plan: TwoShotPlan) {
-            crate::with_op!(plan.op, O => two_shot::<$t, O>(data, out, scratch, pad, plan))
-        }
-    )* };
+/// Two-shot all-reduce of `data` in place with the [`op_code`] `plan.op` (see the module documentation), one
+/// PTX entry per element type: the result replaces `data` on every rank. `out` is unused: pass `None` (it
+/// keeps the entry's parameters those of the reduce-scatter). `scratch` holds `world * plan.slot_vectors`
+/// vectors. Every block must be co-resident; grids are the same on every rank.
+///
+/// [`op_code`]: crate::layout::op_code
+#[kernel(
+    instances(two_shot_f32<f32>, two_shot_f16<f16>, two_shot_bf16<bf16>),
+    requires(len(data) >= plan.len, len(scratch) >= world() * plan.slot_vectors)
+)]
+pub fn all_reduce<T: Element>(
+    data: SymSliceMut<T>,
+    out: Option<&mut [T]>,
+    scratch: SymSliceMut<[u32; 4]>,
+    pad: SignalPad,
+    plan: TwoShotPlan,
+) {
+    let plan = TwoShotPlan { gather: 1, ..plan };
+    crate::with_op!(plan.op, O => two_shot::<T, O>(data, out.unwrap_or_default(), scratch, pad, plan))
 }
 
-two_shot_kernels!(two_shot_f32: f32, two_shot_f16: f16, two_shot_bf16: bf16);
+/// Two-shot reduce-scatter with the [`op_code`] `plan.op` (see the module documentation), one PTX entry per
+/// element type: `input` (`world` chunks) is only read, and rank `r`'s `out` receives chunk `r` reduced.
+/// `scratch` holds `world * plan.slot_vectors` vectors. Every block must be co-resident; grids are the same
+/// on every rank.
+///
+/// [`op_code`]: crate::layout::op_code
+#[kernel(
+    instances(reduce_scatter_f32<f32>, reduce_scatter_f16<f16>, reduce_scatter_bf16<bf16>),
+    requires(len(input) == world() * len(out), len(input) >= plan.len, len(scratch) >= world() * plan.slot_vectors)
+)]
+pub fn reduce_scatter<T: Element>(
+    input: SymSlice<T>,
+    out: &mut [T],
+    scratch: SymSliceMut<[u32; 4]>,
+    pad: SignalPad,
+    plan: TwoShotPlan,
+) {
+    let plan = TwoShotPlan { gather: 0, ..plan };
+    // SAFETY: the same symmetric buffer; without the gather the two-shot only reads `data` (it writes the
+    // reduced chunk into `out`), which is what `input: SymSlice<T>` lets the launcher borrow it for.
+    let data = unsafe { SymSliceMut::from_raw(input.raw()) };
+    crate::with_op!(plan.op, O => two_shot::<T, O>(data, out, scratch, pad, plan))
+}
