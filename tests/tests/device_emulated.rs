@@ -16,6 +16,8 @@ use ferrocomm_device::prelude::*;
 mod support;
 #[path = "device_emulated/warp.rs"]
 mod warp;
+#[path = "device_emulated/weak_memory.rs"]
+mod weak_memory;
 use support::{Group, Sym, TIMEOUT_NS, arg, block_for, byte, pad, run, run_ok, source_line, word};
 
 /// Each rank puts (or gets) `len` elements between its `src` and rank `next`'s `dst`; checks every

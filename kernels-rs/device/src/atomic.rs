@@ -32,7 +32,7 @@ macro_rules! load {
             {
                 use core::sync::atomic::Ordering;
                 let op = crate::emu::check::AtomicOp::Load(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().load(Ordering::$ord))
+                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().load(Ordering::$ord))
             }
         }
     };
@@ -51,10 +51,10 @@ macro_rules! store {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                let op = crate::emu::check::AtomicOp::Store(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, || {
-                    self.host().store(v, Ordering::$ord);
-                    0u64
+                // A relaxed store may wait in the thread's store buffer (`emu::weak`).
+                let (addr, width) = (self.0.get() as usize, core::mem::size_of::<$int>());
+                crate::emu::check::atomic_store(addr, width, u64::from(v), Ordering::$ord, Self::SCOPE, || {
+                    self.host().store(v, Ordering::$ord)
                 });
             }
         }
@@ -80,7 +80,7 @@ macro_rules! rmw {
             {
                 use core::sync::atomic::Ordering;
                 let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().$host(v, Ordering::$ord))
+                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().$host(v, Ordering::$ord))
             }
         }
     };
@@ -107,7 +107,8 @@ macro_rules! red {
             {
                 use core::sync::atomic::Ordering;
                 let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, || self.host().fetch_add(v, Ordering::$ord));
+                let scope = Self::SCOPE;
+                crate::emu::check::atomic(self.0.get() as usize, op, scope, || self.host().fetch_add(v, Ordering::$ord));
             }
         }
     };
@@ -137,7 +138,7 @@ macro_rules! cas {
                     failure: Ordering::$fail,
                     current: u64::from(current),
                 };
-                crate::emu::check::atomic(self.0.get() as usize, op, || {
+                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || {
                     match self.host().compare_exchange(current, new, Ordering::$ord, Ordering::$fail) {
                         Ok(v) | Err(v) => v,
                     }
@@ -147,9 +148,19 @@ macro_rules! cas {
     };
 }
 
-/// The type's constructor and host view.
+/// The type's constructor and host view (and, on the host, its scope for the emulator's checker).
 macro_rules! atomic_common {
     ($name:ident, $int:ty, $std:ty) => {
+        #[cfg(not(target_arch = "nvptx64"))]
+        impl $name {
+            /// The scope of the type's operations, from its name.
+            const SCOPE: crate::emu::check::Scope = if stringify!($name).as_bytes()[0] == b'G' {
+                crate::emu::check::Scope::Gpu
+            } else {
+                crate::emu::check::Scope::Sys
+            };
+        }
+
         impl $name {
             /// Views `p` as an atomic of this scope.
             ///

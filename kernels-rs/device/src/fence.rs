@@ -1,13 +1,14 @@
 //! Memory fences, scope and strength in the name. On the host each maps to `std::sync::atomic::fence` of
-//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`), and tells the emulator's checker (a
-//! system-scope fence is also what completes non-blocking puts: `quiet`).
+//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`), drains the thread's store buffer (see
+//! `emu::weak`), and tells the emulator's checker with its scope (a system-scope fence is also what
+//! completes non-blocking puts: `quiet`).
 
 #[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
 
 /// One fence: a literal `asm!` on the GPU, `fence(ordering)` on the host.
 macro_rules! fence_fn {
-    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident, $system:literal) => {
+    ($(#[$doc:meta])* $name:ident, $asm:literal, $ord:ident, $scope:ident) => {
         $(#[$doc])*
         #[inline(always)]
         pub fn $name() {
@@ -18,8 +19,8 @@ macro_rules! fence_fn {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
+                crate::emu::check::fence(crate::emu::check::Scope::$scope);
                 core::sync::atomic::fence(core::sync::atomic::Ordering::$ord);
-                crate::emu::check::fence($system);
             }
         }
     };
@@ -27,25 +28,25 @@ macro_rules! fence_fn {
 
 fence_fn!(
     /// `fence.acq_rel.cta`: orders this thread's accesses as seen by threads of its block.
-    fence_acq_rel_cta, "fence.acq_rel.cta;", AcqRel, false
+    fence_acq_rel_cta, "fence.acq_rel.cta;", AcqRel, Cta
 );
 fence_fn!(
     /// `fence.acq_rel.gpu`: orders this thread's accesses as seen by threads of its GPU.
-    fence_acq_rel_gpu, "fence.acq_rel.gpu;", AcqRel, false
+    fence_acq_rel_gpu, "fence.acq_rel.gpu;", AcqRel, Gpu
 );
 fence_fn!(
     /// `fence.acq_rel.sys`: orders this thread's accesses as seen by every GPU and the host; a relaxed store
     /// after it acts as a release store at system scope.
-    fence_acq_rel_sys, "fence.acq_rel.sys;", AcqRel, true
+    fence_acq_rel_sys, "fence.acq_rel.sys;", AcqRel, Sys
 );
 fence_fn!(
     /// `fence.sc.gpu`: a sequentially consistent fence among threads of this GPU.
-    fence_sc_gpu, "fence.sc.gpu;", SeqCst, false
+    fence_sc_gpu, "fence.sc.gpu;", SeqCst, Gpu
 );
 fence_fn!(
     /// `fence.sc.sys`: a sequentially consistent fence among every GPU and the host (CUDA's
     /// `__threadfence_system`).
-    fence_sc_sys, "fence.sc.sys;", SeqCst, true
+    fence_sc_sys, "fence.sc.sys;", SeqCst, Sys
 );
 
 /// `fence.proxy.async`: orders this thread's generic-proxy accesses (ordinary loads and stores) against the

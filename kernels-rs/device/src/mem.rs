@@ -4,7 +4,10 @@
 //!
 //! A [`GlobalPtr`] is an address already converted to the global window (`cvta.to.global.u64`), done once
 //! per copy rather than per access. In the emulator the accesses are relaxed atomics of the same width
-//! (a 16-byte vector is two 8-byte ones), so racing a weak copy is never undefined behaviour on the host.
+//! (a 16-byte vector is two 8-byte ones), so racing a weak copy is never undefined behaviour on the host;
+//! stores into a put's destination and LL packet stores wait in the emulated thread's store buffer and
+//! become visible late and out of order, and loads read the thread's own buffered stores (see
+//! `emu::weak`).
 
 #[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
@@ -15,7 +18,8 @@ use core::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Re
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GlobalPtr(*mut u8);
 
-/// One weak load: a literal `asm!` on the GPU, a relaxed atomic load of the same width on the host.
+/// One weak load: a literal `asm!` on the GPU, on the host the thread's own buffered store of those bytes
+/// if it holds one, else a relaxed atomic load of the same width.
 macro_rules! weak_load {
     ($(#[$doc:meta])* $name:ident, $int:ty, $reg:ident, $asm:literal, $atomic:ty) => {
         $(#[$doc])*
@@ -34,14 +38,18 @@ macro_rules! weak_load {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                // SAFETY: the caller guarantees a valid, aligned address.
-                unsafe { <$atomic>::from_ptr(self.0.cast()) }.load(Relaxed)
+                match crate::emu::weak::weak_load(self.0 as usize, core::mem::size_of::<$int>()) {
+                    Some(v) => v as $int,
+                    // SAFETY: the caller guarantees a valid, aligned address.
+                    None => unsafe { <$atomic>::from_ptr(self.0.cast()) }.load(Relaxed),
+                }
             }
         }
     };
 }
 
-/// One weak store: a literal `asm!` on the GPU, a relaxed atomic store of the same width on the host.
+/// One weak store: a literal `asm!` on the GPU; on the host into the thread's store buffer when it is inside
+/// the destination the library announced, else a relaxed atomic store of the same width.
 macro_rules! weak_store {
     ($(#[$doc:meta])* $name:ident, $int:ty, $reg:ident, $asm:literal, $atomic:ty) => {
         $(#[$doc])*
@@ -58,8 +66,10 @@ macro_rules! weak_store {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                // SAFETY: the caller guarantees a valid, aligned address.
-                unsafe { <$atomic>::from_ptr(self.0.cast()) }.store(v, Relaxed)
+                if !crate::emu::weak::weak_store(self.0 as usize, core::mem::size_of::<$int>(), u64::from(v)) {
+                    // SAFETY: the caller guarantees a valid, aligned address.
+                    unsafe { <$atomic>::from_ptr(self.0.cast()) }.store(v, Relaxed)
+                }
             }
         }
     };
@@ -193,8 +203,15 @@ impl GlobalPtr {
         }
         #[cfg(not(target_arch = "nvptx64"))]
         {
-            // SAFETY: as for `st_v4`.
-            unsafe { self.st_v4(v) }
+            // Each 8-byte half (data word and flag word) is one relaxed store, buffered as one.
+            let halves = [u64::from(v[0]) | u64::from(v[1]) << 32, u64::from(v[2]) | u64::from(v[3]) << 32];
+            for (k, half) in halves.into_iter().enumerate() {
+                let p = self.byte_add(8 * k);
+                if !crate::emu::weak::packet_store(p.addr(), half) {
+                    // SAFETY: the caller guarantees a valid, 16-byte aligned address.
+                    unsafe { AtomicU64::from_ptr(p.0.cast()) }.store(half, Relaxed)
+                }
+            }
         }
     }
 

@@ -14,6 +14,7 @@ use super::check::{self, Checker};
 use super::schedule::Pauses;
 use super::team::Session;
 use super::thread::{self as emu_thread, ThreadState};
+use super::weak::{self, StoreBuffer};
 use super::{EmuError, KernelExit, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
 use crate::abi::LaunchCtx;
 use crate::error;
@@ -146,6 +147,8 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
 
 pub(crate) fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Result<(u32, u32), EmuError> {
     if grid.contains(&0) || block.contains(&0) {
+    // The thread's last stores reach memory as it ends, however it ended (on a GPU they would too).
+    weak::drain_all(&state);
         return Err(EmuError::EmptyDimension { grid, block });
     }
     let block_threads = block.iter().map(|&d| u64::from(d)).product::<u64>();
@@ -208,6 +211,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         block_dim: block,
                         grid_dim: grid,
                         linear_tid: t,
+                    let session_weak = launch_ref.session.weak;
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
                         pauses: Pauses::new(launch_ref.session.seed, launch_ref.ctx.rank, b, t),
@@ -220,6 +224,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                 if let Err(e) = spawned {
                     // The threads already running must not wait for the ones that never start.
                     spawn_error = Some(EmuError::Spawn { threads: blocks * block_threads, source: e });
+                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, launch_ref.ctx.rank, b, t),
                     launch.trap(None);
                     for (bb, blk) in launch.blocks.iter().enumerate() {
                         let first = if bb as u32 == b {

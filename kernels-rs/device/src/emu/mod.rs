@@ -3,7 +3,11 @@
 //!
 //! Compiled for the host, every intrinsic of this crate maps to `std::sync::atomic` at the ordering its
 //! PTX has; indices, barriers, warp shuffles and votes, shared memory and `%globaltimer` come from the
-//! emulated thread's state kept here. One [`launch`](fn@launch) runs one rank's grid; a [`TeamLaunch`] runs every rank
+//! emulated thread's state kept here. Each emulated thread's weak and relaxed stores wait in a store
+//! buffer and reach memory late and out of order (module [`weak`]; off with `FERROCOMM_EMU_WEAK=0`), so a
+//! missing release or barrier shows as stale data, as it may on a GPU.
+//!
+//! One [`launch`](fn@launch) runs one rank's grid; a [`TeamLaunch`] runs every rank
 //! of a team (one `run_rank` per rank, on concurrent threads), so several emulated GPUs run at once, each
 //! with its own memory — the host runtime's emulated teams launch that way.
 //!
@@ -35,6 +39,7 @@ pub mod schedule;
 mod team;
 pub(crate) mod thread;
 mod warp;
+pub mod weak;
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -164,9 +169,14 @@ pub(crate) fn globaltimer_ns() -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Ends this thread if its launch trapped (a panic elsewhere in the grid).
+/// Ends this thread if its launch trapped (a panic elsewhere in the grid); `nanosleep` calls it, so it is
+/// also where a sleeping thread's buffered stores may drain.
 pub(crate) fn exit_if_trapped() {
-    if thread::try_current().is_some_and(|t| t.launch.is_trapped()) {
+    let trapped = thread::with_current(|t| {
+        weak::at_sleep(t);
+        t.launch.is_trapped()
+    });
+    if trapped == Some(true) {
         exit_thread();
     }
 }
@@ -182,6 +192,8 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
 pub(crate) fn block_sync() {
     let t = thread::current();
     t.pauses.at_point();
+    // The barrier makes the thread's earlier stores visible to its block: they leave its buffer first.
+    weak::drain_all(&t);
     match t.block.sync(&t.launch, check::deposit(&t)) {
         Ok(joined) => check::leave_barrier(&t, joined),
         Err(Trapped) => {
@@ -212,6 +224,12 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
         "warp operation with member mask {mask:#010x} called by lane {lane}, which is not in it (undefined on the GPU)"
     );
     t.pauses.at_point();
+    if orders_memory {
+        // As for a block barrier.
+        weak::drain_all(&t);
+    } else {
+        weak::at_point(&t);
+    }
     let deposit = if orders_memory { check::deposit(&t) } else { None };
     let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);
     if orders_memory && let Ok((_, joined)) = &result {

@@ -39,8 +39,10 @@ pub(crate) struct Session {
     /// `Some(rank)`: only this rank of a larger team runs here (the others run elsewhere, unseen).
     alone: Option<u32>,
     pub(crate) checker: Option<Checker>,
-    /// The seed of the threads' pauses (see `schedule`).
+    /// The seed of the threads' pauses (see `schedule`) and of their store buffers' decisions (`weak`).
     pub(crate) seed: u64,
+    /// Whether the threads buffer their weak and relaxed stores (see `weak`).
+    pub(crate) weak: bool,
     /// Counts every thread start and end, when someone watches the launch's progress.
     progress: OnceLock<Arc<AtomicU64>>,
     ranks: Mutex<Ranks>,
@@ -68,7 +70,19 @@ impl Session {
         let ranks = Ranks { started: vec![false; slots], trapped: vec![false; slots], finished: 0 };
         let seed = schedule::next_launch_seed();
         let progress = OnceLock::new();
-        Session { world, grid, block, dynamic_shared_bytes, alone, checker, seed, progress, ranks: Mutex::new(ranks) }
+        let weak = super::weak::enabled_by_default();
+        Session {
+            world,
+            grid,
+            block,
+            dynamic_shared_bytes,
+            alone,
+            checker,
+            seed,
+            weak,
+            progress,
+            ranks: Mutex::new(ranks),
+        }
     }
 
     /// A thread started or ended.

@@ -9,6 +9,7 @@ use super::block::Block;
 use super::check::ThreadCheck;
 use super::launch::Launch;
 use super::schedule::Pauses;
+use super::weak::StoreBuffer;
 
 /// Everything an intrinsic needs to know about the emulated thread running on this host thread.
 #[derive(Debug)]
@@ -33,6 +34,8 @@ pub(crate) struct ThreadState {
     pub(crate) check: Option<RefCell<ThreadCheck>>,
     /// Where this thread pauses (seeded by its launch).
     pub(crate) pauses: Pauses,
+    /// The thread's buffered stores, not yet visible to other threads (see `weak`).
+    pub(crate) weak: StoreBuffer,
 }
 
 impl ThreadState {
@@ -54,6 +57,13 @@ thread_local! {
 /// Makes `state` the emulated thread of this host thread (or clears it).
 pub(crate) fn set_current(state: Option<Rc<ThreadState>>) {
     CURRENT.with(|c| *c.borrow_mut() = state);
+}
+
+/// Runs `f` with the emulated thread of this host thread, if it is running a kernel (no reference count
+/// taken: the weak loads and stores of a copy's every unit come here).
+#[inline]
+pub(crate) fn with_current<R>(f: impl FnOnce(&ThreadState) -> R) -> Option<R> {
+    CURRENT.with(|c| c.borrow().as_deref().map(f))
 }
 
 /// The emulated thread of this host thread, if it is running a kernel.

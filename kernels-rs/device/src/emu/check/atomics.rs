@@ -4,9 +4,17 @@
 //! value joins it. Read-modify-writes continue a release sequence, so an acquire of a monotonic counter
 //! learns every release that added to it; a plain store starts a new one.
 //!
+//! Scopes are followed as far as PTX makes them matter: a publication is tagged with its [`Scope`] (the
+//! atomic's, or the narrower of the fence's and the atomic's for a write after a release fence) and its
+//! writer's rank and block. An acquire joins it only when the reader is inside that scope (a `.cta`
+//! release: the writer's block; `.gpu`: its rank; `.sys`: everyone) and the writer is inside the acquire's
+//! own scope (a `.gpu` acquire: same rank; a `.cta` one: same rank, and same block when the release was
+//! `.cta` too — a wider release keeps the rank of its writer, not the block).
+//!
 //! Each atomic address has a [`SyncVar`]: the operation itself runs under its lock, so the clock read is the
 //! one published with the value read. Signals are atomics, so this is also where a raise is noted (a wait
-//! that times out on a signal no rank wrote is diagnosed from it).
+//! that times out on a signal no rank wrote is diagnosed from it). A relaxed store that sat in its thread's
+//! store buffer (see `emu::weak`) is run here when it reaches memory, so value and clock appear together.
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
@@ -14,6 +22,69 @@ use std::sync::atomic::Ordering;
 use super::ThreadCheck;
 use super::clock::{Clock, join};
 use crate::emu::block::lock;
+
+/// The scope of an atomic or a fence: the threads it orders for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Scope {
+    /// `.cta`: the threads of one block.
+    Cta,
+    /// `.gpu`: the threads of one GPU (one rank).
+    Gpu,
+    /// `.sys`: every GPU and the host.
+    Sys,
+}
+
+/// Who a thread is, as scopes see it: its rank and its block's linear index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place {
+    pub(crate) rank: u32,
+    pub(crate) block: u32,
+}
+
+/// A clock published at `scope` by a thread of `at`.
+#[derive(Debug, Clone)]
+pub(crate) struct Pub {
+    pub(crate) scope: Scope,
+    pub(crate) at: Place,
+    pub(crate) clock: Clock,
+}
+
+impl Pub {
+    /// Releases of one key accumulate into one clock: the scope, the rank, and the block for `.cta`.
+    fn key(&self) -> (Scope, u32, u32) {
+        (self.scope, self.at.rank, if self.scope == Scope::Cta { self.at.block } else { u32::MAX })
+    }
+
+    /// Whether an acquire of scope `acquire` by a thread of `me` synchronises with this publication.
+    pub(crate) fn reaches(&self, acquire: Scope, me: Place) -> bool {
+        let same_rank = self.at.rank == me.rank;
+        let same_block = same_rank && self.at.block == me.block;
+        let inside_release = match self.scope {
+            Scope::Sys => true,
+            Scope::Gpu => same_rank,
+            Scope::Cta => same_block,
+        };
+        let inside_acquire = match acquire {
+            Scope::Sys => true,
+            Scope::Gpu => same_rank,
+            // The block of a wider release's writer is not kept: a `.cta` acquire of one is taken as same-block.
+            Scope::Cta => same_rank && (self.scope != Scope::Cta || same_block),
+        };
+        inside_release && inside_acquire
+    }
+}
+
+/// Joins `p` into the publications `into` (into the one of its key, if any).
+pub(crate) fn add_pub(into: &mut Vec<Pub>, p: Pub) {
+    match into.iter_mut().find(|q| q.key() == p.key()) {
+        Some(q) => {
+            if !std::sync::Arc::ptr_eq(&q.clock, &p.clock) {
+                q.clock = join(&q.clock, &p.clock);
+            }
+        }
+        None => into.push(p),
+    }
+}
 
 /// What an atomic access does, with its ordering.
 #[derive(Debug, Clone, Copy)]
@@ -47,18 +118,23 @@ pub(crate) struct SyncVar {
 
 #[derive(Debug, Default)]
 struct SyncState {
-    /// The clocks of the release sequence the current value belongs to.
-    published: Option<Clock>,
+    /// The clocks of the release sequence the current value belongs to, one per scope and writer's rank
+    /// (and block, for `.cta`).
+    published: Vec<Pub>,
+    /// Counts the writes that changed `published`: a poll that acquires the same version again learns
+    /// nothing new.
+    version: u64,
     /// Whether any emulated thread wrote the address during the launch.
     written: bool,
 }
 
 impl SyncVar {
-    /// Runs the atomic access `f` as thread `tc`, under this variable's lock, and follows what it orders.
+    /// Runs the atomic access `f` of scope `scope` as thread `tc` of `me`, under this variable's lock, and
+    /// follows what it orders.
     pub(crate) fn run<T: Copy + Into<u64>>(
         &self,
         tc: &mut ThreadCheck,
-        addr: usize,
+        (addr, scope, me): (usize, Scope, Place),
         op: AtomicOp,
         f: impl FnOnce() -> T,
     ) -> T {
@@ -72,26 +148,36 @@ impl SyncVar {
             AtomicOp::Cas { failure, .. } => (Some(failure), None),
         };
         if let Some(o) = read
-            && let Some(c) = &st.published
+            && !st.published.is_empty()
         {
             if acquires(o) {
                 // A poll that reads the same release sequence again learns nothing new.
-                let known = tc.acquired.get(&addr).is_some_and(|k| std::sync::Arc::ptr_eq(k, c));
+                let known = tc.acquired.get(&addr) == Some(&st.version);
                 if !known {
-                    tc.clock.acquire(c);
-                    tc.acquired.insert(addr, std::sync::Arc::clone(c));
+                    for p in st.published.iter().filter(|p| p.reaches(scope, me)) {
+                        tc.clock.acquire(&p.clock);
+                    }
+                    tc.acquired.insert(addr, st.version);
                 }
             } else {
-                tc.note_relaxed_read(c);
+                for p in st.published.iter().filter(|p| p.reaches(scope, me)) {
+                    tc.note_relaxed_read(p);
+                }
             }
         }
         if let Some((o, rmw)) = write {
-            let mine = if releases(o) { Some(tc.clock.release()) } else { tc.fence_clock.clone() };
-            st.published = match (rmw, st.published.take(), mine) {
-                (true, Some(old), Some(mine)) => Some(join(&old, &mine)),
-                (true, old, mine) => mine.or(old),
-                (false, _, mine) => mine,
+            let mine = if releases(o) {
+                Some(Pub { scope, at: me, clock: tc.clock.release() })
+            } else {
+                // A write after a release fence publishes at the narrower of the two scopes.
+                tc.fence_clock.as_ref().map(|(c, s)| Pub { scope: scope.min(*s), at: me, clock: c.clone() })
             };
+            match (rmw, mine) {
+                (true, Some(mine)) => add_pub(&mut st.published, mine),
+                (true, None) => {}
+                (false, mine) => st.published = mine.into_iter().collect(),
+            }
+            st.version += 1;
             st.written = true;
         }
         v

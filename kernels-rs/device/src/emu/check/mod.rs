@@ -11,9 +11,22 @@
 //! Happens-before is tracked with a vector clock per emulated thread of every rank ([`clock`]): releases
 //! (signal raises, release atomics, writes after a release fence) publish the thread's clock with the value,
 //! acquires that read the value join it, block barriers and `sync_warp` join their participants. Shuffles
-//! and votes do not order memory on the GPU and do not here. Scopes are not distinguished (a `.cta` fence
-//! counts as a `.sys` one), so a scope bug can go unnoticed. Only this synchronisation is understood: a kernel
-//! that orders a put by other means (an LL packet or a raw store used as a flag) is reported.
+//! and votes do not order memory on the GPU and do not here. Only this synchronisation is understood: a
+//! kernel that orders a put by other means (an LL packet or a raw store used as a flag) is reported.
+//!
+//! Scopes are followed ([`atomics`] has the rule):
+//!
+//! | release (or release fence + relaxed store) | orders for an acquirer in | acquire of scope | joins releases of writers in |
+//! | --- | --- | --- | --- |
+//! | `.cta` (`fence_acq_rel_cta`) | the writer's block | `.cta` (fence) | its block (its rank, for a wider release) |
+//! | `.gpu` (`GpuAtomic*`, `fence_*_gpu`) | the writer's rank | `.gpu` | its rank |
+//! | `.sys` (`SysAtomic*`, signals, `fence_*_sys`) | every rank | `.sys` | every rank |
+//!
+//! so a `.cta` fence before a signal that another block or rank waits on, or a `.gpu` release that another
+//! rank acquires, leaves the reader's later reads unordered, and they are reported. The emulator's store
+//! buffers (`emu::weak`) make the same mistakes show as stale data where the checker is off: every release
+//! drains its thread's buffer whatever its scope (simple and sound: draining early is always allowed), so
+//! it is the checker, not the data, that tells a scope too narrow.
 //!
 //! Tracked accesses are the device library's: puts and gets (every variant; a cooperative copy is checked
 //! and recorded whole for the thread that speaks for its group, and sampled at each other thread's
@@ -39,7 +52,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use atomics::AtomicOp;
+pub(crate) use atomics::{AtomicOp, Scope};
 pub(crate) use clock::{Clock, Deposit, join_deposits};
 use report::Finding;
 pub(crate) use report::Geometry;
@@ -47,8 +60,9 @@ pub(crate) use shadow::Access;
 
 use super::block::lock;
 use super::thread::{self, ThreadState};
+use super::weak;
 use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck};
-use atomics::SyncVar;
+use atomics::{Place, Pub, SyncVar};
 use clock::ThreadClock;
 use epochs::PadLogs;
 use shadow::{Conflict, Shadow};
@@ -103,30 +117,32 @@ pub(crate) struct Checker {
 #[derive(Debug)]
 pub(crate) struct ThreadCheck {
     pub(crate) clock: ThreadClock,
-    /// The clock of this thread's last release fence: a relaxed write after it publishes it.
-    pub(crate) fence_clock: Option<Clock>,
-    /// Clocks seen by relaxed reads since the last acquire fence, which joins them.
-    pending: Vec<Clock>,
+    /// The clock and scope of this thread's last release fence: a relaxed write after it publishes it.
+    pub(crate) fence_clock: Option<(Clock, Scope)>,
+    /// Publications seen by relaxed reads since the last acquire fence, which joins those in its scope.
+    pending: Vec<Pub>,
     nbi: Vec<PendingPut>,
     syncvars: AddrMap<Arc<SyncVar>>,
-    /// Per atomic address, the published clock this thread acquired last (polls skip joining it again).
-    acquired: AddrMap<Clock>,
+    /// Per atomic address, the version of its publications this thread acquired last (polls skip joining
+    /// them again).
+    acquired: AddrMap<u64>,
     /// The signal a `Signal::wait` of this thread is polling.
     signal_wait: Option<u64>,
 }
 
 impl ThreadCheck {
-    /// A relaxed read saw a value published with `c`: an acquire fence later synchronises with it.
-    pub(crate) fn note_relaxed_read(&mut self, c: &Clock) {
-        if self.pending.iter().any(|p| Arc::ptr_eq(p, c)) {
+    /// A relaxed read saw a value published as `p`: an acquire fence later synchronises with it.
+    pub(crate) fn note_relaxed_read(&mut self, p: &Pub) {
+        if self.pending.iter().any(|q| Arc::ptr_eq(&q.clock, &p.clock)) {
             return;
         }
         if self.pending.len() >= 16 {
-            // Bounded: fold what was seen so far into one clock.
-            let folded = self.pending.drain(..).reduce(|a, b| clock::join(&a, &b));
-            self.pending.extend(folded);
+            // Bounded: fold what was seen so far into one clock per scope and writer.
+            for q in std::mem::take(&mut self.pending) {
+                atomics::add_pub(&mut self.pending, q);
+            }
         }
-        self.pending.push(Arc::clone(c));
+        atomics::add_pub(&mut self.pending, p.clone());
     }
 }
 
@@ -277,25 +293,110 @@ fn with<R>(f: impl FnOnce(&Checker, &ThreadState, &mut ThreadCheck) -> R) -> Opt
     Some(f(checker, &t, &mut tc))
 }
 
-/// An atomic access `op` at `addr`, performed by `f`.
+/// Where thread `t` is, as scopes see it.
+fn place(t: &ThreadState) -> Place {
+    Place { rank: t.launch.ctx.rank, block: t.linear_block }
+}
+
+fn releases(o: Ordering) -> bool {
+    matches!(o, Ordering::Release | Ordering::AcqRel | Ordering::SeqCst)
+}
+
+/// An atomic access `op` of scope `scope` to the `size_of::<T>()` bytes at `addr`, performed by `f`: the
+/// thread's store buffer drains as the access needs (everything before a release, the same bytes before a
+/// read-modify-write) or forwards the thread's own buffered value to a load; then the checker follows it.
 #[inline]
-pub(crate) fn atomic<T: Copy + Into<u64>>(addr: usize, op: AtomicOp, f: impl FnOnce() -> T) -> T {
+pub(crate) fn atomic<T>(addr: usize, op: AtomicOp, scope: Scope, f: impl FnOnce() -> T) -> T
+where
+    T: Copy + Into<u64> + TryFrom<u64>,
+{
     let Some(t) = thread::try_current() else { return f() };
     t.pauses.at_point();
     let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
     let mut tc = cell.borrow_mut();
     let var = checker.syncvar(&mut tc, addr);
-    var.run(&mut tc, addr, op, f)
+    var.run(&mut tc, (addr, scope, place(&t)), op, f)
 }
 
-/// An acquire-release fence; `system`: of system scope, which completes this thread's non-blocking puts.
-pub(crate) fn fence(system: bool) {
-    with(|checker, _, tc| {
-        for c in std::mem::take(&mut tc.pending) {
-            tc.clock.acquire(&c);
+/// A store of scope `scope` and ordering `o` of `value` (`width` bytes) at `addr`, performed by `f` when it
+/// goes to memory now: a relaxed one waits in the thread's store buffer (see `emu::weak`) when buffering is
+/// on.
+#[inline]
+pub(crate) fn atomic_store(addr: usize, width: usize, value: u64, o: Ordering, scope: Scope, f: impl FnOnce()) {
+    if o == Ordering::Relaxed {
+        let buffered = thread::with_current(|t| {
+            t.pauses.at_point();
+            weak::atomic_store(t, addr, width, value, scope)
+        });
+        match buffered {
+            Some(true) => return,
+            Some(false) => {}
+            None => return f(),
+    let width = std::mem::size_of::<T>();
+    match op {
+        AtomicOp::Load(_) => {
+            if let Some(v) = weak::forward(&t, addr, width).and_then(|v| T::try_from(v).ok()) {
+                // The thread reads its own store, not yet visible to others: nothing to synchronise with.
+                return v;
+            }
         }
-        tc.fence_clock = Some(tc.clock.release());
-        if system {
+        AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => weak::drain_all(&t),
+        AtomicOp::Store(_) => weak::at_point(&t),
+        AtomicOp::Rmw(_) | AtomicOp::Cas { .. } => {
+            weak::before_rmw(&t, addr, width);
+            weak::at_point(&t);
+        }
+    }
+        }
+        // Unbuffered: as any other store (its pause is taken).
+        let Some(t) = thread::try_current() else { return f() };
+        let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
+        let mut tc = cell.borrow_mut();
+        let var = checker.syncvar(&mut tc, addr);
+        var.run(&mut tc, (addr, scope, place(&t)), AtomicOp::Store(o), || {
+            f();
+            0u64
+        });
+        return;
+    }
+    atomic(addr, AtomicOp::Store(o), scope, || {
+        f();
+        0u64
+    });
+}
+
+/// A relaxed atomic store of scope `scope` by `t` at `addr` reaches memory (`f` writes it) after waiting in
+/// its store buffer: the checker publishes it now, with the clock of the thread's last release fence, which
+/// has not changed since the store was issued (a fence drains the buffer first).
+pub(crate) fn drained_store(t: &ThreadState, addr: usize, scope: Scope, f: impl FnOnce()) {
+    let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
+    let mut tc = cell.borrow_mut();
+    let var = checker.syncvar(&mut tc, addr);
+    var.run(&mut tc, (addr, scope, place(t)), AtomicOp::Store(Ordering::Relaxed), || {
+        f();
+        0u64
+    });
+}
+
+/// An acquire-release fence of scope `scope`: the thread's buffered stores drain first; a system-scope one
+/// also completes this thread's non-blocking puts.
+pub(crate) fn fence(scope: Scope) {
+    if let Some(t) = thread::try_current() {
+        weak::drain_all(&t);
+    }
+    with(|checker, t, tc| {
+        let me = place(t);
+        let mut pending = std::mem::take(&mut tc.pending);
+        pending.retain(|p| {
+            let reaches = p.reaches(scope, me);
+            if reaches {
+                tc.clock.acquire(&p.clock);
+            }
+            !reaches
+        });
+        tc.pending = pending;
+        tc.fence_clock = Some((tc.clock.release(), scope));
+        if scope == Scope::Sys {
             for p in std::mem::take(&mut tc.nbi) {
                 if let Some(o) = p.changed() {
                     checker.report_overwrite(tc.clock.gid(), &o, SourceCheck::AtQuiet);
@@ -307,7 +408,13 @@ pub(crate) fn fence(system: bool) {
 
 /// A tracked access by this thread alone of `bytes` bytes at `addr`, from `loc`.
 pub(crate) fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Location<'static>) {
-    copy(&[(addr, kind)], bytes, (0, 1), loc);
+    if kind == Access::Read {
+        // A weak read (its stores go to the thread's own variable) or a slice read with plain loads: the
+        // thread's own buffered stores to these bytes reach memory, and none that follow are buffered.
+        weak::before_plain_read(addr, bytes);
+        weak::announce_private();
+    }
+    track(&[(addr, kind)], bytes, (0, 1), loc);
 }
 
 /// The tracked accesses of one copy of `bytes` bytes (its source read, its destination written), by lane
@@ -332,6 +439,17 @@ pub(crate) fn copy(
         for &(addr, kind) in accesses {
             let lo = addr.saturating_add(start);
             checker.shadow.access(lo, lo.saturating_add(len), &tc.clock, loc, kind, lane == 0, &mut out);
+    // The store buffer buffers the copy's stores when it writes a destination in global memory (a put);
+    // a get's destination is the thread's own and is read with plain loads, so its stores are not.
+    match accesses.iter().find(|(_, kind)| *kind == Access::Write) {
+        Some(&(addr, _)) => weak::announce_destination(addr, bytes),
+        None => weak::announce_private(),
+    }
+    track(accesses, bytes, (lane, lanes), loc);
+}
+
+/// The checker's part of [`copy`].
+fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usize), loc: &'static Location<'static>) {
         }
         for c in &out {
             checker.report_race(c);
@@ -353,6 +471,7 @@ pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'stat
 
 /// `start..start + bytes` is the current rank's own copy of a symmetric buffer (a `SymSliceMut` argument).
 pub(crate) fn own_copy(start: usize, bytes: usize) {
+    weak::announce_destination(addr, bytes);
     with(|checker, t, _| {
         let entry = (start, start + bytes, t.launch.ctx.rank);
         let mut own = lock(&checker.own_copies);

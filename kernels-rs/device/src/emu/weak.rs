@@ -1,0 +1,340 @@
+//! The emulator's weak memory: stores that become visible to other threads late and out of order.
+//!
+//! The host is strongly ordered (x86 is TSO), so a kernel that forgot a release or a barrier would read the
+//! right data there every time. To show what a GPU may show, every emulated thread keeps a **store
+//! buffer**: its weak stores (the destinations of puts and `PeerSliceMut::write`s, LL packet stores) and
+//! its relaxed atomic stores go into the buffer instead of memory, and reach memory later:
+//!
+//! | event of the thread | what leaves its buffer |
+//! | --- | --- |
+//! | a release store or release read-modify-write (any scope), a fence (`acq_rel` or `sc`, any scope), `sync_threads`, `sync_warp` | everything, oldest first, before the event |
+//! | a read-modify-write or a load of a different width that overlaps a buffered store | the overlapping stores |
+//! | more than [`CAPACITY`] buffered stores | the oldest |
+//! | the thread's end (exit, timeout, trap) | everything |
+//! | seeded random points: its buffered stores, its atomics and weak loads while it holds stores, `nanosleep` | a random subset, in random order |
+//!
+//! So two relaxed stores to different addresses may become visible in either order, and a reader that
+//! polls a relaxed flag can see the flag before the data; a release drains first, so an acquire that reads
+//! a release-published value sees everything the releaser had stored before it (and, through barriers,
+//! what its block had). Per address the buffer is coherent: a store to an address already buffered with
+//! the same width replaces it, an overlapping store of another width drains the old one first, and the
+//! thread's own weak and atomic loads read its buffered value (store forwarding).
+//!
+//! Which stores are buffered: weak stores inside the destination the device library announced last (a put's
+//! or `PeerSliceMut::write`'s range; a `get` or a weak read announces none, so a copy into the thread's own
+//! memory is never buffered and its plain reads see it at once), LL packet stores, and relaxed atomic
+//! stores. Taking `SymSliceMut::local_slice`/`local_slice_mut` drains the thread's stores into the copy
+//! first, so its plain reads of it see them. Plain Rust loads and stores through raw pointers bypass the
+//! buffer: a kernel that weakly stores through the library and then reads the same bytes through a raw
+//! pointer in the same thread, with no library call between, would read its own stale value (no kernel of
+//! the library does).
+//!
+//! The random decisions come from a stream per emulated thread seeded by the launch's schedule seed (see
+//! [`schedule`](super::schedule)), so `FERROCOMM_EMU_SEED` replays them with the pauses. They are drawn
+//! at the thread's own events, so a thread whose sequence of events does not depend on other threads (no
+//! polls of another thread's flag) makes the same decisions for the same seed; a poll loop draws once per
+//! poll, and how many polls it takes is up to the host's scheduler. `FERROCOMM_EMU_WEAK=0` turns the
+//! buffers off (every store goes to memory at once, as before).
+
+use std::cell::{Cell, RefCell};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+
+use super::check::{self, Scope};
+use super::thread::{self, ThreadState};
+
+/// The environment variable that turns the store buffers off (`0`, `off` or `false`).
+pub const WEAK_VARIABLE: &str = "FERROCOMM_EMU_WEAK";
+
+/// Most stores one thread keeps buffered; one more drains the oldest.
+pub const CAPACITY: usize = 16;
+
+/// Whether launches buffer stores unless told otherwise: yes, unless `FERROCOMM_EMU_WEAK` is `0`, `off` or
+/// `false`.
+pub(crate) fn enabled_by_default() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !matches!(std::env::var(WEAK_VARIABLE).as_deref().map(str::trim), Ok("0" | "off" | "false")))
+}
+
+/// One buffered store of `width` bytes (1, 2, 4 or 8) at `addr`.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    addr: usize,
+    width: usize,
+    value: u64,
+    /// `Some(scope)`: a relaxed atomic store of that scope, which the checker learns of when it drains.
+    atomic: Option<Scope>,
+}
+
+impl Entry {
+    fn overlaps(&self, lo: usize, hi: usize) -> bool {
+        self.addr < hi && lo < self.addr + self.width
+    }
+}
+
+/// One emulated thread's store buffer and the stream of its random decisions.
+#[derive(Debug)]
+pub(crate) struct StoreBuffer {
+    on: bool,
+    entries: RefCell<Vec<Entry>>,
+    rng: Cell<u64>,
+    /// The destination the library announced last (`lo..hi`): weak stores inside it are buffered.
+    window: Cell<(usize, usize)>,
+}
+
+/// SplitMix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl StoreBuffer {
+    /// The buffer of thread `linear_tid` of block `linear_block` of `rank` in a launch of `seed`: its own
+    /// stream, apart from the thread's pauses.
+    pub(crate) fn new(on: bool, seed: u64, rank: u32, linear_block: u32, linear_tid: u32) -> StoreBuffer {
+        let who = u64::from(rank) << 48 ^ u64::from(linear_block) << 24 ^ u64::from(linear_tid);
+        // A salt keeps this stream apart from the pauses drawn from the same seed and indices.
+        let state = mix(seed ^ 0x5EED_5708_EB0F_FE25 ^ mix(who.wrapping_add(0x9E37_79B9_7F4A_7C15)));
+        StoreBuffer { on, entries: RefCell::new(Vec::new()), rng: Cell::new(state), window: Cell::new((0, 0)) }
+    }
+
+    fn draw(&self) -> u64 {
+        let s = self.rng.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.rng.set(s);
+        mix(s)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.borrow().is_empty()
+    }
+
+    /// Announces the destination of the weak stores that follow (`lo == hi`: none).
+    fn announce(&self, lo: usize, hi: usize) {
+        if self.on {
+            self.window.set((lo, hi));
+        }
+    }
+
+    /// Takes the entries `pick` selects out of the buffer, in buffer order.
+    fn take(&self, mut pick: impl FnMut(&Entry) -> bool) -> Vec<Entry> {
+        let mut entries = self.entries.borrow_mut();
+        let mut taken = Vec::new();
+        entries.retain(|e| {
+            if pick(e) {
+                taken.push(*e);
+                false
+            } else {
+                true
+            }
+        });
+        taken
+    }
+}
+
+/// Writes `e` to memory (through the checker for an atomic store, which publishes it there).
+fn write(t: &ThreadState, e: Entry) {
+    let store = || {
+        // SAFETY: the address was valid and aligned for `width` bytes when the store was issued, and stays
+        // so until the thread ends (memory of the launch), which drains first.
+        unsafe {
+            match e.width {
+                8 => AtomicU64::from_ptr(e.addr as *mut u64).store(e.value, Relaxed),
+                4 => AtomicU32::from_ptr(e.addr as *mut u32).store(e.value as u32, Relaxed),
+                2 => AtomicU16::from_ptr(e.addr as *mut u16).store(e.value as u16, Relaxed),
+                _ => AtomicU8::from_ptr(e.addr as *mut u8).store(e.value as u8, Relaxed),
+            }
+        }
+    };
+    match e.atomic {
+        Some(scope) => check::drained_store(t, e.addr, scope, store),
+        None => store(),
+    }
+}
+
+/// Drains every buffered store of `t`, oldest first.
+pub(crate) fn drain_all(t: &ThreadState) {
+    if t.weak.is_empty() {
+        return;
+    }
+    for e in t.weak.take(|_| true) {
+        write(t, e);
+    }
+}
+
+/// Drains `t`'s buffered stores that overlap `lo..hi`.
+fn drain_overlapping(t: &ThreadState, lo: usize, hi: usize) {
+    if t.weak.is_empty() {
+        return;
+    }
+    for e in t.weak.take(|e| e.overlaps(lo, hi)) {
+        write(t, e);
+    }
+}
+
+/// A seeded random point: with probability `1 / odds`, a random subset of `t`'s buffered stores (each with
+/// probability one half) drains, in random order.
+fn random_drain(t: &ThreadState, odds: u64) {
+    if t.weak.is_empty() || !t.weak.draw().is_multiple_of(odds) {
+        return;
+    }
+    let mut chosen = t.weak.take(|_| t.weak.draw() & 1 == 1);
+    // Fisher-Yates: the chosen stores become visible in an order of their own.
+    for i in (1..chosen.len()).rev() {
+        let j = (t.weak.draw() % (i as u64 + 1)) as usize;
+        chosen.swap(i, j);
+    }
+    for e in chosen {
+        write(t, e);
+    }
+}
+
+/// Buffers a store of `width` bytes of `value` at `addr` by `t`; `atomic`: a relaxed atomic store.
+fn buffer(t: &ThreadState, addr: usize, width: usize, value: u64, atomic: Option<Scope>) {
+    let oldest = {
+        let mut entries = t.weak.entries.borrow_mut();
+        if let Some(e) = entries.iter_mut().find(|e| e.addr == addr && e.width == width && e.atomic == atomic) {
+            // The same location again: the newer value replaces the older, which nobody had seen.
+            e.value = value;
+            None
+        } else {
+            Some(entries.iter().any(|e| e.overlaps(addr, addr + width)))
+        }
+    };
+    match oldest {
+        None => {}
+        Some(overlap) => {
+            if overlap {
+                // Coherence: an older store of another width to these bytes reaches memory first.
+                drain_overlapping(t, addr, addr + width);
+            }
+            let full = {
+                let mut entries = t.weak.entries.borrow_mut();
+                entries.push(Entry { addr, width, value, atomic });
+                (entries.len() > CAPACITY).then(|| entries.remove(0))
+            };
+            if let Some(e) = full {
+                write(t, e);
+            }
+        }
+    }
+    random_drain(t, 8);
+}
+
+/// A weak store (`GlobalPtr::st_*`) of `width` bytes: buffered, and `true`, when inside the announced
+/// destination of a running emulated thread with buffering on; else the caller stores to memory.
+#[inline]
+pub(crate) fn weak_store(addr: usize, width: usize, value: u64) -> bool {
+    thread::with_current(|t| {
+        let (lo, hi) = t.weak.window.get();
+        let inside = t.weak.on && lo <= addr && addr + width <= hi;
+        if inside {
+            buffer(t, addr, width, value, None);
+        }
+        inside
+    })
+    .unwrap_or(false)
+}
+
+/// An LL packet's store of one 8-byte half (a relaxed store of data word and flag): buffered, and `true`,
+/// in a running emulated thread with buffering on.
+#[inline]
+pub(crate) fn packet_store(addr: usize, value: u64) -> bool {
+    thread::with_current(|t| {
+        if t.weak.on {
+            buffer(t, addr, 8, value, None);
+        }
+        t.weak.on
+    })
+    .unwrap_or(false)
+}
+
+/// A weak load of `width` bytes at `addr`: `Some` with the thread's own buffered value (forwarding); `None`
+/// when the caller loads from memory (after overlapping stores of other widths drained).
+#[inline]
+pub(crate) fn weak_load(addr: usize, width: usize) -> Option<u64> {
+    thread::with_current(|t| forward(t, addr, width)).flatten()
+}
+
+/// The thread's own buffered value of the `width` bytes at `addr`, if it holds exactly that store; drains
+/// stores that overlap them otherwise. Also a random point while the thread holds stores.
+pub(crate) fn forward(t: &ThreadState, addr: usize, width: usize) -> Option<u64> {
+    if t.weak.is_empty() {
+        return None;
+    }
+    random_drain(t, 16);
+    let (exact, overlap) = {
+        let entries = t.weak.entries.borrow();
+        let exact = entries.iter().find(|e| e.addr == addr && e.width == width).map(|e| e.value);
+        (exact, exact.is_none() && entries.iter().any(|e| e.overlaps(addr, addr + width)))
+    };
+    if overlap {
+        drain_overlapping(t, addr, addr + width);
+    }
+    exact
+}
+
+/// A relaxed atomic store of `width` bytes of `value` at `addr`, of scope `scope`: buffered, and `true`, when
+/// buffering is on.
+pub(crate) fn atomic_store(t: &ThreadState, addr: usize, width: usize, value: u64, scope: Scope) -> bool {
+    if t.weak.on {
+        buffer(t, addr, width, value, Some(scope));
+    }
+    t.weak.on
+}
+
+/// Before a read-modify-write of `width` bytes at `addr`: the thread's own stores to them reach memory.
+pub(crate) fn before_rmw(t: &ThreadState, addr: usize, width: usize) {
+    drain_overlapping(t, addr, addr + width);
+}
+
+/// An atomic access that is only a scheduling point here (a random drain while the thread holds stores).
+pub(crate) fn at_point(t: &ThreadState) {
+    random_drain(t, 8);
+}
+
+/// `nanosleep`: a sleeping thread's stores drain now and then, so a poll loop never waits on its own
+/// buffer.
+pub(crate) fn at_sleep(t: &ThreadState) {
+    random_drain(t, 2);
+}
+
+/// The library announces that the weak stores that follow write `addr..addr + bytes` (a put's destination).
+pub(crate) fn announce_destination(addr: usize, bytes: usize) {
+    thread::with_current(|t| t.weak.announce(addr, addr.saturating_add(bytes)));
+}
+
+/// The library announces that the weak stores that follow are not into global memory (a `get`, a weak read
+/// into the thread's own variable): they go to memory at once.
+pub(crate) fn announce_private() {
+    thread::with_current(|t| t.weak.announce(0, 0));
+}
+
+/// The thread is about to read `addr..addr + bytes` with plain loads (a slice of its copy): its own
+/// buffered stores there reach memory first.
+pub(crate) fn before_plain_read(addr: usize, bytes: usize) {
+    thread::with_current(|t| drain_overlapping(t, addr, addr.saturating_add(bytes)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_seed_gives_one_stream_and_the_stream_is_not_the_pauses_one() {
+        let a = StoreBuffer::new(true, 7, 1, 2, 3);
+        let b = StoreBuffer::new(true, 7, 1, 2, 3);
+        let c = StoreBuffer::new(true, 7, 1, 2, 4);
+        let stream = |s: &StoreBuffer| (0..8).map(|_| s.draw()).collect::<Vec<u64>>();
+        let (xa, xb, xc) = (stream(&a), stream(&b), stream(&c));
+        assert_eq!(xa, xb);
+        assert_ne!(xa, xc);
+    }
+
+    #[test]
+    fn entries_overlap_by_bytes() {
+        let e = Entry { addr: 16, width: 8, value: 0, atomic: None };
+        assert!(e.overlaps(16, 17) && e.overlaps(23, 24) && e.overlaps(8, 32));
+        assert!(!e.overlaps(24, 32) && !e.overlaps(8, 16));
+    }
+}
