@@ -40,34 +40,34 @@ where
             let src: SymSlice<T> = arg(src_raw[rank]);
             let dst: &mut [T] = &mut arg::<&mut [T]>(dst_sl[rank])[..len];
             match group {
-                Group::Thread if thread_rank() == 0 => get(dst, src.peer(next)),
+                Group::Thread if thread_rank() == 0 => get(Group::Thread, dst, src.peer(next)),
                 Group::Thread => {}
                 Group::Warp => {
                     let half = len / 2;
                     let (lo, hi) = dst.split_at_mut(half);
                     if warp_id() == 0 {
-                        get_warp(lo, src.peer(next))
+                        get(Group::Warp, lo, src.peer(next))
                     } else {
-                        get_warp(hi, src.peer(next).slice(half, len - half))
+                        get(Group::Warp, hi, src.peer(next).slice(half, len - half))
                     }
                 }
-                Group::Block => get_block(dst, src.peer(next)),
+                Group::Block => get(Group::Block, dst, src.peer(next)),
             }
         } else {
             let src: &[T] = arg(src_sl[rank]);
             let dst: SymSliceMut<T> = arg(dst_raw[rank]);
             match group {
-                Group::Thread if thread_rank() == 0 => put(dst.peer(next), src),
+                Group::Thread if thread_rank() == 0 => put(Group::Thread, dst.peer(next), src),
                 Group::Thread => {}
                 Group::Warp => {
                     let half = len / 2;
                     if warp_id() == 0 {
-                        put_warp(dst.peer(next), &src[..half]);
+                        put(Group::Warp, dst.peer(next), &src[..half]);
                     } else {
-                        put_warp(dst.peer(next).slice(half, len - half), &src[half..]);
+                        put(Group::Warp, dst.peer(next).slice(half, len - half), &src[half..]);
                     }
                 }
-                Group::Block => put_block(dst.peer(next), src),
+                Group::Block => put(Group::Block, dst.peer(next), src),
             }
         }
     };
@@ -142,7 +142,8 @@ fn put_signal_ring(world: u32, launches: u64, group: Group) {
         let src: SymSliceMut<u32> = arg(src_raw[rank as usize]);
         let dst: SymSliceMut<u32> = arg(dst_raw[rank as usize]);
         let pad: SignalPad = arg(pad_raw[rank as usize]);
-        let epoch = pad.epoch();
+        let session = pad.session();
+        let epoch = session.epoch();
         // Stage this launch's data in the local source (each thread its share), then send it.
         let (t, n) = (thread_rank() as usize, block_size() as usize);
         for i in (t..LEN).step_by(n) {
@@ -153,18 +154,9 @@ fn put_signal_ring(world: u32, launches: u64, group: Group) {
         // SAFETY: nobody writes the local source during the put.
         let data = unsafe { src.local_slice() };
         let signal = pad.peer(next, rank as usize);
-        match group {
-            Group::Thread => {
-                if t == 0 {
-                    put_signal(dst.peer(next), data, signal, SignalOp::Add(1));
-                }
-            }
-            Group::Warp => {
-                if warp_id() == 0 {
-                    put_signal_warp(dst.peer(next), data, signal, SignalOp::Add(1));
-                }
-            }
-            Group::Block => put_signal_block(dst.peer(next), data, signal, SignalOp::Add(1)),
+        // The group's threads: thread 0, warp 0, or the whole block.
+        if (group == Group::Thread && t == 0) || (group == Group::Warp && warp_id() == 0) || group == Group::Block {
+            put_signal(group, dst.peer(next), data, signal, SignalOp::Add(1));
         }
         if t == 0 {
             pad.local(prev as usize).wait_ge(epoch);
@@ -175,7 +167,6 @@ fn put_signal_ring(world: u32, launches: u64, group: Group) {
             let v = unsafe { dst.local().read(i) };
             assert_eq!(v, epoch as u32 * 1_000_000 + prev * 10_000 + i as u32, "element {i} of launch {epoch}");
         }
-        pad.advance_epoch();
     };
     for _ in 0..launches {
         run_ok(world, [1, 1, 1], block_for(group), 0, &kernel);
@@ -211,7 +202,7 @@ fn non_blocking_put_then_quiet_then_relaxed_signal_publishes_the_data() {
         let src: &[u32] = arg(src_sl[rank as usize]);
         let dst: SymSliceMut<u32> = arg(dst_raw[rank as usize]);
         let pad: SignalPad = arg(pad_raw[rank as usize]);
-        let token = put_warp_nbi(dst.peer(peer), src);
+        let token = put_nbi(Group::Warp, dst.peer(peer), src);
         token.quiet();
         if lane_id() == 0 {
             pad.peer(peer, 0).set_relaxed(1);
@@ -246,7 +237,8 @@ where
         let src: SymSliceMut<T> = arg(src_raw[rank as usize]);
         let out: &mut [T] = arg(out_sl[rank as usize]);
         let hand: SignalPad = arg(hand_raw[rank as usize]);
-        let epoch = hand.epoch();
+        let session = hand.session();
+        let epoch = session.epoch();
         let flag = ll_flag(epoch);
         let (t, n) = (thread_rank() as usize, block_size() as usize);
         for i in (t..len).step_by(n) {
@@ -256,23 +248,9 @@ where
         sync_threads();
         // SAFETY: unwritten during the sends.
         let data = unsafe { src.local_slice() };
-        match group {
-            Group::Thread => {
-                if t == 0 {
-                    put_ll(lbuf.peer(peer), data, flag);
-                    read_ll(out, lbuf.local(), flag);
-                }
-            }
-            Group::Warp => {
-                if warp_id() == 0 {
-                    put_ll_warp(lbuf.peer(peer), data, flag);
-                    read_ll_warp(out, lbuf.local(), flag);
-                }
-            }
-            Group::Block => {
-                put_ll_block(lbuf.peer(peer), data, flag);
-                read_ll_block(out, lbuf.local(), flag);
-            }
+        if (group == Group::Thread && t == 0) || (group == Group::Warp && warp_id() == 0) || group == Group::Block {
+            put_ll(group, lbuf.peer(peer), data, flag);
+            read_ll(group, out, lbuf.local(), flag);
         }
         sync_threads();
         if t == 0 {
@@ -283,7 +261,6 @@ where
             hand.peer(peer, 0).add_release(1);
             hand.local(0).wait_ge(epoch);
         }
-        hand.advance_epoch();
     };
     for _ in 0..launches {
         run_ok(WORLD, [1, 1, 1], block_for(group), 0, &kernel);
@@ -471,7 +448,7 @@ fn an_ll_read_that_times_out_records_the_packet_and_its_flag() {
     let outcomes = run(1, [1, 1, 1], [1, 1, 1], 0, 20_000_000, &|| {
         let lbuf: SymSliceMut<LlPacket> = arg(l_raw);
         let mut out = [0u64; 4];
-        read_ll(&mut out, lbuf.local(), 9);
+        read_ll(Group::Thread, &mut out, lbuf.local(), 9);
     });
     assert!(outcomes[0].result.is_ok());
     let records = outcomes[0].records();

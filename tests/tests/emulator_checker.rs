@@ -52,7 +52,7 @@ pub fn send_then_read(src: &[u32], inbox: SymSliceMut<u32>, out: &mut [u32], pad
             if how == mode::WRONG_SIGNAL {
                 pad.peer(1, 1).set_release(1);
             }
-            put(inbox.peer(1), src);
+            put(Group::Thread, inbox.peer(1), src);
             if how == mode::RELAXED_FLAG {
                 pad.peer(1, 0).set_relaxed(1);
             } else {
@@ -106,17 +106,18 @@ pub fn overwrite_source(src: &mut [u32], inbox: SymSliceMut<u32>, how: u32) {
     }
     match how {
         0 => {
-            let token = put_nbi(inbox.peer(1), src);
+            let token = put_nbi(Group::Thread, inbox.peer(1), src);
             token.quiet();
             src[0] = 7;
         }
         1 => {
-            let _ = put_nbi(inbox.peer(1), src); // PUT-THEN-QUIET
+            // A token forgotten instead of dropped (its drop would complete the put) lets the source change.
+            core::mem::forget(put_nbi(Group::Thread, inbox.peer(1), src)); // PUT-THEN-QUIET
             src[0] = 7;
             quiet();
         }
         _ => {
-            let _ = put_nbi(inbox.peer(1), src); // PUT-NEVER-QUIETED
+            core::mem::forget(put_nbi(Group::Thread, inbox.peer(1), src)); // PUT-NEVER-QUIETED
             src[0] = 7;
         }
     }
@@ -137,25 +138,25 @@ pub fn raise_and_wait(pad: SignalPad, index: u32, value: u64, want: u64) {
     }
 }
 
-/// No rank or block skips `advance_epoch`.
+/// No rank or block skips the end of its session.
 const NONE: u32 = u32::MAX;
 
 /// A signal-pad barrier (the collectives' pattern): thread `q` of block 0 raises rank `q`'s `arrived[rank]`
 /// to the pad's epoch and waits for its own `arrived[q]`; then every block ends the epoch — except rank
-/// `skip_rank` and block `skip_block`, which return first (the bug).
+/// `skip_rank` and block `skip_block`, which forget their session instead of dropping it (the bug).
 #[kernel(module = crate::EMU_ONLY)]
 pub fn pad_barrier(pad: SignalPad, skip_rank: u32, skip_block: u32) {
     let (rank, world) = (team::rank(), team::world());
-    let epoch = pad.epoch();
+    let session = pad.session(); // ADVANCE
+    let epoch = session.epoch();
     let q = thread_rank();
     if block_rank() == 0 && q < world && q != rank {
         pad.peer(q, rank as usize).set_release(epoch);
         pad.local(q as usize).wait_ge(epoch);
     }
     if rank == skip_rank || block_rank() == skip_block {
-        return;
+        core::mem::forget(session);
     }
-    pad.advance_epoch(); // ADVANCE
 }
 
 /// The 1-based line of this file that holds `marker` (and is not this lookup).

@@ -39,7 +39,8 @@ pub fn scaled_put(src: &[f32], inbox: SymSliceMut<f32>, pad: SignalPad, scale: f
     let prev = (rank + world - 1) % world;
     let block = block_rank() as usize;
     assert!(DATA + grid_size() as usize <= pad.len(), "scaled_put: more blocks than the pad has data signals");
-    let epoch = pad.epoch();
+    let session = pad.session(); // the launch's epoch, advanced when the session ends
+    let epoch = session.epoch();
 
     // Our inbox is free (stream order: whatever read it has finished); let the predecessor write.
     if global_thread_idx() == 0 {
@@ -68,7 +69,6 @@ pub fn scaled_put(src: &[f32], inbox: SymSliceMut<f32>, pad: SignalPad, scale: f
         // The predecessor's block `block` wrote its share of our inbox: acquire it.
         pad.local(DATA + block).wait_ge(epoch);
     }
-    pad.advance_epoch();
 }
 
 /// `acc[i] += inbox[i]` on every rank: consumes what [`scaled_put()`] delivered. Purely local, so it never

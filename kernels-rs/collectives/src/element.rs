@@ -8,8 +8,7 @@ use ferrocomm_device::{DeviceCopy, bf16, f16};
 
 use crate::layout::op_code;
 
-/// Sixteen bytes: the unit of every vector load and store.
-pub type V16 = [u32; 4];
+pub use ferrocomm_device::vector::V16;
 
 /// Lanes of `f32` accumulators one vector unpacks into (eight for 16-bit types, four used for `f32`).
 pub type Acc = [f32; 8];

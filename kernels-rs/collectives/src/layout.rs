@@ -11,8 +11,7 @@ pub const MAX_WORLD: usize = 8;
 /// Most blocks a kernel of this crate is launched with (signal arrays are sized for it).
 pub const MAX_BLOCKS: usize = 256;
 
-/// Bytes moved by one vector access (`ld/st.global.v4.b32`).
-pub const VECTOR_BYTES: usize = 16;
+pub use ferrocomm_device::vector::VECTOR_BYTES;
 
 /// Signals of the barrier pad: `ARRIVED + src`, raised by rank `src` on every rank.
 pub mod barrier_pad {

@@ -21,7 +21,6 @@
 //! | [`kernels`] | the `#[kernel]`s: PTX entries, emulator bodies, typed launchers |
 //! | [`layout`] | what host and kernels agree on: limits, signal indices, LL regions, plans |
 //! | [`element`] | `f32` / `f16` / `bf16` and the reduction operators, `f32` accumulation |
-//! | [`vector`] | 16-byte vector access with tails and misalignment handled |
 //! | `host` | [`Communicator`], [`Tuning`], algorithm choice, [`reference`](mod@reference), [`verify`] (host only) |
 //!
 //! Algorithms by size (bytes per rank; thresholds in [`Tuning`], GPU defaults shown):
@@ -44,12 +43,11 @@
 //! derived from a signal pad's device-resident epoch, so back-to-back launches and CUDA-graph replays need
 //! no reset and no host involvement.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
-#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx, asm_experimental_arch))]
+#![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 
 pub mod element;
 pub mod kernels;
 pub mod layout;
-pub mod vector;
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod host;

@@ -8,15 +8,14 @@
 //! /// Rank r sends `src` to rank (r + 1) % world and waits for the data of rank (r - 1).
 //! pub fn ring_step(src: &[f32], dst: SymSliceMut<f32>, pad: SignalPad) {
 //!     let (rank, world) = (team::rank(), team::world());
-//!     let epoch = pad.epoch();
-//!     let next = (rank + 1) % world;
+//!     let session = pad.session(); // this launch's epoch; advanced when the session ends
+//!     let next = session.channel((rank + 1) % world);
 //!     // Data, then a release add on the peer's signal `rank`; the receiver waits for this launch's count.
-//!     put_signal_block(dst.peer(next), src, pad.peer(next, rank as usize), SignalOp::Add(1));
+//!     put_signal(Group::Block, next.remote(dst), src, next.signal(rank as usize), SignalOp::Add(1));
 //!     if thread_rank() == 0 {
-//!         pad.local(((rank + world - 1) % world) as usize).wait_ge(epoch);
+//!         session.local(((rank + world - 1) % world) as usize).wait_ge(session.epoch());
 //!     }
 //!     sync_threads();
-//!     pad.advance_epoch();
 //! }
 //! ```
 //!
@@ -34,8 +33,10 @@
 //! | [`atomic`] | scoped atomics: `GpuAtomicU32/U64`, `SysAtomicU32/U64` |
 //! | [`fence`] | `fence.acq_rel.{cta,gpu,sys}`, `fence.sc.{gpu,sys}`, `fence.proxy.async` |
 //! | [`ctx`] | the launch context, `team::rank()` / `team::world()` |
-//! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout, launch epochs |
-//! | [`put`] | put / get by thread, warp, block; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout; `Session` (a launch's epoch), `Channel` (one peer) |
+//! | [`group`] | `Group`: one thread, a warp or a block sharing a piece of work |
+//! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`vector`] | 16-byte vector access to a range of global memory, tails and misalignment handled |
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |
 //! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
 //! | [`half`] | `bf16`, `f16` |
@@ -51,6 +52,7 @@ pub mod atomic;
 pub mod ctx;
 pub mod error;
 pub mod fence;
+pub mod group;
 pub mod half;
 pub mod index;
 pub mod ll;
@@ -62,6 +64,7 @@ pub mod signal;
 pub mod sym;
 pub mod sync;
 pub mod time;
+pub mod vector;
 pub mod warp;
 
 #[cfg(not(target_arch = "nvptx64"))]
@@ -71,7 +74,8 @@ pub use ctx::team;
 pub use ferrocomm_macros::kernel;
 pub use half::{bf16, f16};
 pub use param::DeviceParam;
-pub use signal::{Signal, SignalOp, SignalPad};
+pub use group::Group;
+pub use signal::{Channel, Session, Signal, SignalOp, SignalPad};
 pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 
 /// Everything a kernel body usually needs: `use ferrocomm_device::prelude::*;`.
@@ -86,17 +90,16 @@ pub mod prelude {
         Dim3, block_dim, block_idx, block_rank, block_size, global_thread_idx, global_threads, grid_dim, grid_size,
         lane_id, smid, thread_idx, thread_rank, warp_id, warp_lanes, warp_mask, warps_per_block,
     };
-    pub use crate::ll::{ll_flag, ll_packets, put_ll, put_ll_block, put_ll_warp, read_ll, read_ll_block, read_ll_warp};
-    pub use crate::put::{
-        PutToken, fence, get, get_block, get_warp, put, put_block, put_block_nbi, put_nbi, put_signal,
-        put_signal_block, put_signal_warp, put_warp, put_warp_nbi, quiet,
-    };
+    pub use crate::group::Group;
+    pub use crate::ll::{ll_flag, ll_packets, put_ll, read_ll};
+    pub use crate::put::{PutSource, PutToken, fence, get, put, put_nbi, put_signal, quiet};
     pub use crate::shared::{SharedSlice, dynamic_shared};
     pub use crate::shared_array;
-    pub use crate::signal::{Cmp, Signal, SignalOp, SignalPad};
+    pub use crate::signal::{Channel, Cmp, Session, Signal, SignalOp, SignalPad};
     pub use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
     pub use crate::sync::{sync_threads, sync_warp};
     pub use crate::time::{globaltimer, nanosleep};
+    pub use crate::vector::{V16, VECTOR_BYTES, Vectors, VectorsMut};
     pub use crate::warp::{
         shfl_down_sync, shfl_idx_sync, shfl_up_sync, shfl_xor_sync, vote_all_sync, vote_any_sync, vote_ballot_sync,
     };

@@ -12,11 +12,11 @@
 
 use crate::abi::Cmp;
 pub use crate::abi::LlPacket;
-use crate::index::{block_size, lane_id, thread_rank, warp_lanes, warp_mask};
+use crate::group::Group;
 use crate::mem::{GlobalPtr, unit_for};
 use crate::signal::poll_until;
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
-use crate::sync::{sync_threads, sync_warp};
+use crate::vector::V16;
 
 /// Data bytes per packet.
 pub const LL_PAYLOAD_BYTES: usize = 8;
@@ -195,50 +195,73 @@ fn read_ll_lanes<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<LlPacket>, flag: u
     }
 }
 
-/// One thread sends `src` to `dst` (a rank's LL buffer) as packets carrying `flag`.
+/// The group's threads send `src` to `dst` (a rank's LL buffer) as packets carrying `flag`, packet `i` by
+/// the group's thread `i % size`; no thread waits for the others.
 #[inline(always)]
 #[track_caller]
-pub fn put_ll<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
-    put_ll_lanes(dst, src, flag, 0, 1);
+pub fn put_ll<T: DeviceCopy>(group: Group, dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    let (lane, lanes) = group.position();
+    put_ll_lanes(dst, src, flag, lane, lanes);
 }
 
-/// The warp sends `src` to `dst` as packets carrying `flag`, packet `i` by lane `i % 32`; no lane waits for
-/// the others.
+/// The group's threads wait until every packet of `src` (this rank's LL buffer) carries `flag` and unpack
+/// them into `dst`, packet `i` by the group's thread `i % size`; returns when every thread of the group is
+/// done. Times out like a signal wait, recording the packet's address and the flag it held.
 #[inline(always)]
 #[track_caller]
-pub fn put_ll_warp<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
-    put_ll_lanes(dst, src, flag, lane_id() as usize, warp_lanes() as usize);
+pub fn read_ll<T: DeviceCopy>(group: Group, dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    let (lane, lanes) = group.position();
+    read_ll_lanes(dst, src.into(), flag, lane, lanes);
+    group.sync();
 }
 
-/// The block sends `src` to `dst` as packets carrying `flag`; no thread waits for the others.
-#[inline(always)]
-#[track_caller]
-pub fn put_ll_block<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
-    put_ll_lanes(dst, src, flag, thread_rank() as usize, block_size() as usize);
+impl PeerSliceMut<LlPacket> {
+    /// Stores packet `i` with one 16-byte volatile store (panics when out of bounds).
+    #[inline(always)]
+    #[track_caller]
+    pub fn store_packet(&self, i: usize, packet: LlPacket) {
+        assert!(i < self.len(), "LL packet index out of bounds");
+        // SAFETY: in bounds of a live copy of an LL buffer, whose packets are 16-byte aligned (`LlPacket`
+        // is `align(16)`).
+        unsafe { ll_store(self.as_ptr().add(i), packet) }
+    }
+
+    /// Sends the 16-byte vector `v` as packets `2k` and `2k + 1` under `flag` (8 data bytes each).
+    #[inline(always)]
+    #[track_caller]
+    pub fn store_vector(&self, k: usize, v: V16, flag: u32) {
+        self.store_packet(2 * k, LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag });
+        self.store_packet(2 * k + 1, LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag });
+    }
 }
 
-/// One thread waits until every packet of `src` (this rank's LL buffer) carries `flag` and unpacks them
-/// into `dst`. Times out like a signal wait, recording the packet's address and the flag it held.
-#[inline(always)]
-#[track_caller]
-pub fn read_ll<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
-    read_ll_lanes(dst, src.into(), flag, 0, 1);
-}
+impl PeerSlice<LlPacket> {
+    /// Loads packet `i` with one 16-byte volatile load (panics when out of bounds).
+    #[inline(always)]
+    #[track_caller]
+    pub fn load_packet(&self, i: usize) -> LlPacket {
+        assert!(i < self.len(), "LL packet index out of bounds");
+        // SAFETY: as for `store_packet`.
+        unsafe { ll_load(self.as_ptr().add(i)) }
+    }
 
-/// The warp reads `src` into `dst` (packet `i` by lane `i % 32`); returns when every lane is done.
-#[inline(always)]
-#[track_caller]
-pub fn read_ll_warp<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
-    read_ll_lanes(dst, src.into(), flag, lane_id() as usize, warp_lanes() as usize);
-    sync_warp(warp_mask());
-}
-
-/// The block reads `src` into `dst`; returns when every thread is done.
-#[inline(always)]
-#[track_caller]
-pub fn read_ll_block<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
-    read_ll_lanes(dst, src.into(), flag, thread_rank() as usize, block_size() as usize);
-    sync_threads();
+    /// Waits until packets `2k` and `2k + 1` both carry `flag` and returns the 16-byte vector they hold.
+    /// Both are loaded together on every poll (one round trip, not two): `spins` times in a tight loop, the
+    /// latency-critical path, then through the library's wait, which backs off and records a timeout.
+    #[inline(always)]
+    #[track_caller]
+    pub fn poll_vector(&self, k: usize, flag: u32, spins: u32) -> V16 {
+        assert!(2 * k + 1 < self.len(), "LL packet index out of bounds");
+        for _ in 0..spins {
+            let (lo, hi) = (self.load_packet(2 * k), self.load_packet(2 * k + 1));
+            if lo.is_complete(flag) && hi.is_complete(flag) {
+                return [lo.data_lo, lo.data_hi, hi.data_lo, hi.data_hi];
+            }
+        }
+        let mut words = [0u32; 4];
+        read_ll_lanes(&mut words, self.slice(2 * k, 2), flag, 0, 1);
+        words
+    }
 }
 
 #[cfg(test)]

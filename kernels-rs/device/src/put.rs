@@ -1,5 +1,6 @@
-//! Peer data movement: `put` (local → a rank's copy of a symmetric buffer) and `get` (a rank's copy →
-//! local), by one thread, a warp or a block, plus put-with-signal and non-blocking puts.
+//! Peer data movement: `put` (a local slice or a symmetric copy → a rank's copy of a symmetric buffer) and
+//! `get` (a rank's copy → local), by one thread, a warp or a block, plus put-with-signal and non-blocking
+//! puts.
 //!
 //! The body moves 16 bytes per access (`ld.global.v4.b32` / `st.global.v4.b32`, four in flight per thread)
 //! whenever source and destination are equally aligned modulo 16; a head and a tail of fewer than 16 bytes
@@ -9,60 +10,19 @@
 //! The copies are weak: a peer may read the data only after an acquire that synchronises with a release
 //! after the copy — use [`put_signal`] or raise a signal after [`quiet`].
 //!
-//! Cooperative variants (`_warp`, `_block`) must be called by every thread of the warp / block with the
-//! same arguments; each thread copies its share.
+//! Every call takes the [`Group`] of threads that share it: every thread of the group calls it with the
+//! same arguments, and each copies its share.
 
 use core::marker::PhantomData;
 
 use crate::fence::fence_acq_rel_sys;
-use crate::index::{block_size, lane_id, thread_rank, warp_lanes, warp_mask};
+pub use crate::group::Group;
 use crate::mem::{GlobalPtr, copy_small, unit_for};
 use crate::signal::{Signal, SignalOp};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
-use crate::sync::{sync_threads, sync_warp};
 
 /// 16-byte vectors each thread keeps in flight in the copy body.
 const UNROLL: usize = 4;
-
-/// The threads that share one copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Group {
-    Thread,
-    Warp,
-    Block,
-}
-
-impl Group {
-    /// (this thread's index in the group, the group's size).
-    #[inline(always)]
-    fn position(self) -> (usize, usize) {
-        match self {
-            Group::Thread => (0, 1),
-            Group::Warp => (lane_id() as usize, warp_lanes() as usize),
-            Group::Block => (thread_rank() as usize, block_size() as usize),
-        }
-    }
-
-    /// Waits for every thread of the group (their loads of the source are then done).
-    #[inline(always)]
-    fn sync(self) {
-        match self {
-            Group::Thread => {}
-            Group::Warp => sync_warp(warp_mask()),
-            Group::Block => sync_threads(),
-        }
-    }
-
-    /// Whether this thread speaks for the group (raises its signal).
-    #[inline(always)]
-    fn is_leader(self) -> bool {
-        match self {
-            Group::Thread => true,
-            Group::Warp => lane_id() == 0,
-            Group::Block => thread_rank() == 0,
-        }
-    }
-}
 
 /// Copies `n` 16-byte vectors, vector `i` by lane `i % lanes`, `UNROLL` loads in flight before the stores.
 ///
@@ -147,117 +107,124 @@ pub(crate) unsafe fn copy_bytes(dst: GlobalPtr, src: GlobalPtr, bytes: usize, la
     }
 }
 
+/// The source of a put: a local slice (a kernel argument), or a view of a symmetric buffer's copy — this
+/// rank's own included, so a kernel forwards what a peer put there without a raw pointer.
+pub trait PutSource<T>: Copy + private::Sealed {
+    /// The first element's address and the number of elements.
+    fn parts(self) -> (*const T, usize);
+}
+
+mod private {
+    pub trait Sealed {}
+}
+
+impl<T> private::Sealed for &[T] {}
+impl<T> private::Sealed for PeerSlice<T> {}
+impl<T> private::Sealed for PeerSliceMut<T> {}
+
+impl<T: DeviceCopy> PutSource<T> for &[T] {
+    #[inline(always)]
+    fn parts(self) -> (*const T, usize) {
+        (self.as_ptr(), self.len())
+    }
+}
+
+impl<T: DeviceCopy> PutSource<T> for PeerSlice<T> {
+    #[inline(always)]
+    fn parts(self) -> (*const T, usize) {
+        (self.as_ptr(), self.len())
+    }
+}
+
+impl<T: DeviceCopy> PutSource<T> for PeerSliceMut<T> {
+    #[inline(always)]
+    fn parts(self) -> (*const T, usize) {
+        (self.as_ptr().cast_const(), self.len())
+    }
+}
+
+/// The group's threads copy `src` into the start of `dst` (a rank's copy of a symmetric buffer), each its
+/// share; for a warp or a block, returns when every thread's loads are done (the source may change).
 #[inline(always)]
 #[track_caller]
-fn put_group<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &[T]) {
-    assert!(src.len() <= dst.len(), "put source is longer than its destination");
+pub fn put<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>) {
+    put_share(group, dst, src);
+    group.sync();
+}
+
+/// This thread's share of a put, without waiting for the group.
+#[inline(always)]
+#[track_caller]
+fn put_share<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>) {
+    let (src, len) = src.parts();
+    assert!(len <= dst.len(), "put source is longer than its destination");
     let (lane, lanes) = group.position();
-    let bytes = core::mem::size_of_val(src);
+    let bytes = len * core::mem::size_of::<T>();
     if bytes == 0 {
         return;
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
         use crate::emu::check::Access;
-        let accesses = [(src.as_ptr() as usize, Access::Read), (dst.as_ptr() as usize, Access::Write)];
+        let accesses = [(src as usize, Access::Read), (dst.as_ptr() as usize, Access::Write)];
         crate::emu::check::copy(&accesses, bytes, (lane, lanes), core::panic::Location::caller());
     }
-    // SAFETY: `src` is a live local slice and `dst` a live peer view at least as long, both in global
-    // memory (the module's contract); a local buffer and a symmetric one never overlap.
-    unsafe {
-        copy_bytes(GlobalPtr::from_generic(dst.as_ptr()), GlobalPtr::from_generic(src.as_ptr()), bytes, lane, lanes)
-    };
+    // SAFETY: `src` addresses `len` live elements (a slice or a view of a live symmetric copy) and `dst` a
+    // live peer view at least as long, both in global memory (the module's contract). They do not overlap:
+    // a put into the range it reads from is a protocol error every rank's copy layout rules out.
+    unsafe { copy_bytes(GlobalPtr::from_generic(dst.as_ptr()), GlobalPtr::from_generic(src), bytes, lane, lanes) };
 }
 
+/// The group's threads fill `dst` from the start of `src` (a rank's copy of a symmetric buffer); for a warp
+/// or a block, returns when every thread's stores are issued.
 #[inline(always)]
 #[track_caller]
-fn get_group<T: DeviceCopy>(group: Group, dst: &mut [T], src: PeerSlice<T>) {
+pub fn get<T: DeviceCopy>(group: Group, dst: &mut [T], src: PeerSlice<T>) {
     assert!(dst.len() <= src.len(), "get destination is longer than its source");
     let (lane, lanes) = group.position();
     let bytes = core::mem::size_of_val(dst);
-    if bytes == 0 {
-        return;
+    if bytes != 0 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            let (read, loc) = (crate::emu::check::Access::Read, core::panic::Location::caller());
+            crate::emu::check::copy(&[(src.as_ptr() as usize, read)], bytes, (lane, lanes), loc);
+        }
+        // SAFETY: as in `put_share`, with the roles swapped.
+        unsafe {
+            copy_bytes(
+                GlobalPtr::from_generic(dst.as_mut_ptr()),
+                GlobalPtr::from_generic(src.as_ptr()),
+                bytes,
+                lane,
+                lanes,
+            )
+        };
     }
-    #[cfg(not(target_arch = "nvptx64"))]
-    {
-        let (read, loc) = (crate::emu::check::Access::Read, core::panic::Location::caller());
-        crate::emu::check::copy(&[(src.as_ptr() as usize, read)], bytes, (lane, lanes), loc);
-    }
-    // SAFETY: as in `put_group`, with the roles swapped.
-    unsafe {
-        copy_bytes(GlobalPtr::from_generic(dst.as_mut_ptr()), GlobalPtr::from_generic(src.as_ptr()), bytes, lane, lanes)
-    };
+    group.sync();
 }
 
-/// One thread copies `src` into the start of `dst` (a rank's copy of a symmetric buffer).
-#[inline(always)]
-#[track_caller]
-pub fn put<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
-    put_group(Group::Thread, dst, src);
-}
-
-/// The warp copies `src` into the start of `dst`; returns when every lane's loads are done.
-#[inline(always)]
-#[track_caller]
-pub fn put_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
-    put_group(Group::Warp, dst, src);
-    Group::Warp.sync();
-}
-
-/// The block copies `src` into the start of `dst`; returns when every thread's loads are done.
-#[inline(always)]
-#[track_caller]
-pub fn put_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
-    put_group(Group::Block, dst, src);
-    Group::Block.sync();
-}
-
-/// One thread fills `dst` from the start of `src` (a rank's copy of a symmetric buffer).
-#[inline(always)]
-#[track_caller]
-pub fn get<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
-    get_group(Group::Thread, dst, src);
-}
-
-/// The warp fills `dst` from the start of `src`; returns when every lane's stores are issued.
-#[inline(always)]
-#[track_caller]
-pub fn get_warp<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
-    get_group(Group::Warp, dst, src);
-    Group::Warp.sync();
-}
-
-/// The block fills `dst` from the start of `src`; returns when every thread's stores are issued.
-#[inline(always)]
-#[track_caller]
-pub fn get_block<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
-    get_group(Group::Block, dst, src);
-    Group::Block.sync();
-}
-
-/// A put in flight: it borrows its source until [`quiet`](PutToken::quiet), so rewriting the send buffer
-/// before the put completed does not compile.
+/// A put in flight: it borrows its source until it completes, so rewriting the send buffer before the
+/// put completed does not compile. It completes at [`quiet`](PutToken::quiet) or when the token is dropped
+/// (a token cannot be forgotten un-quieted: its drop quiets).
 ///
 /// ```
-/// use ferrocomm_device::put::put_nbi;
-/// use ferrocomm_device::sym::PeerSliceMut;
+/// use ferrocomm_device::prelude::*;
 /// fn send(dst: PeerSliceMut<u32>, buf: &mut [u32]) {
-///     let token = put_nbi(dst, buf);
+///     let token = put_nbi(Group::Thread, dst, buf);
 ///     token.quiet();
 ///     buf[0] = 7; // fine: the put completed
 /// }
 /// ```
 ///
 /// ```compile_fail
-/// use ferrocomm_device::put::put_nbi;
-/// use ferrocomm_device::sym::PeerSliceMut;
+/// use ferrocomm_device::prelude::*;
 /// fn send(dst: PeerSliceMut<u32>, buf: &mut [u32]) {
-///     let token = put_nbi(dst, buf);
+///     let token = put_nbi(Group::Thread, dst, buf);
 ///     buf[0] = 7; // error: `*buf` is borrowed by the put in flight
 ///     token.quiet();
 /// }
 /// ```
-#[must_use = "a non-blocking put completes only at `quiet()`; until then its source must stay unchanged"]
+#[must_use = "a non-blocking put completes at `quiet()` or where its token is dropped; dropping it at once makes it blocking"]
 #[derive(Debug)]
 pub struct PutToken<'src> {
     group: Group,
@@ -269,86 +236,50 @@ impl PutToken<'_> {
     /// may change and a relaxed signal store publishes the data.
     #[inline(always)]
     pub fn quiet(self) {
+        drop(self);
+    }
+}
+
+impl Drop for PutToken<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
         self.group.sync();
         fence_acq_rel_sys();
     }
 }
 
-/// The emulator's checker keeps the source of a non-blocking put (the group's leader does, for the group)
-/// to compare it at the put's `quiet()`.
-#[cfg(not(target_arch = "nvptx64"))]
+/// The group's threads start copying `src` into `dst` without waiting for each other; the returned token
+/// borrows `src` until the put completes.
+#[inline(always)]
 #[track_caller]
-fn nbi_started<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &[T]) {
-    let bytes = core::mem::size_of_val(src);
-    if group.is_leader() && bytes != 0 {
-        let (s, d, loc) = (src.as_ptr() as usize, dst.as_ptr() as usize, core::panic::Location::caller());
-        // SAFETY: the source is memory of the launch or of this thread's stack, which outlives every check
-        // of this thread (they run at its fences and as it ends).
-        unsafe { crate::emu::check::put_started(s, d, bytes, loc) };
+pub fn put_nbi<'src, T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
+    put_share(group, dst, src);
+    // The emulator's checker keeps the source (the group's leader does, for the group) to compare it when
+    // the put completes.
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let bytes = core::mem::size_of_val(src);
+        if group.is_leader() && bytes != 0 {
+            let (s, d, loc) = (src.as_ptr() as usize, dst.as_ptr() as usize, core::panic::Location::caller());
+            // SAFETY: the source is memory of the launch or of this thread's stack, which outlives every
+            // check of this thread (they run at its fences and as it ends).
+            unsafe { crate::emu::check::put_started(s, d, bytes, loc) };
+        }
     }
+    PutToken { group, _src: PhantomData }
 }
 
-/// One thread starts copying `src` into `dst`; the returned token borrows `src` until `quiet`.
+/// The group's threads copy `src` into `dst`; once every thread of the group is done, its leader raises
+/// `signal` with release ordering: a peer that acquires the signal sees the data.
 #[inline(always)]
 #[track_caller]
-pub fn put_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
-    put_group(Group::Thread, dst, src);
-    #[cfg(not(target_arch = "nvptx64"))]
-    nbi_started(Group::Thread, dst, src);
-    PutToken { group: Group::Thread, _src: PhantomData }
-}
-
-/// The warp starts copying `src` into `dst` without waiting for its lanes; the token borrows `src`.
-#[inline(always)]
-#[track_caller]
-pub fn put_warp_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
-    put_group(Group::Warp, dst, src);
-    #[cfg(not(target_arch = "nvptx64"))]
-    nbi_started(Group::Warp, dst, src);
-    PutToken { group: Group::Warp, _src: PhantomData }
-}
-
-/// The block starts copying `src` into `dst` without waiting for its threads; the token borrows `src`.
-#[inline(always)]
-#[track_caller]
-pub fn put_block_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
-    put_group(Group::Block, dst, src);
-    #[cfg(not(target_arch = "nvptx64"))]
-    nbi_started(Group::Block, dst, src);
-    PutToken { group: Group::Block, _src: PhantomData }
-}
-
-#[inline(always)]
-#[track_caller]
-fn put_signal_group<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
-    put_group(group, dst, src);
+pub fn put_signal<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>, signal: Signal, op: SignalOp) {
+    put_share(group, dst, src);
     // The leader's release is cumulative over the writes the barrier made it observe.
     group.sync();
     if group.is_leader() {
         signal.raise_release(op);
     }
-}
-
-/// One thread copies `src` into `dst`, then raises `signal` with release ordering: a peer that acquires
-/// the signal sees the data.
-#[inline(always)]
-#[track_caller]
-pub fn put_signal<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
-    put_signal_group(Group::Thread, dst, src, signal, op);
-}
-
-/// The warp copies `src` into `dst`; after every lane is done, lane 0 raises `signal` (release).
-#[inline(always)]
-#[track_caller]
-pub fn put_signal_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
-    put_signal_group(Group::Warp, dst, src, signal, op);
-}
-
-/// The block copies `src` into `dst`; after every thread is done, thread 0 raises `signal` (release).
-#[inline(always)]
-#[track_caller]
-pub fn put_signal_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
-    put_signal_group(Group::Block, dst, src, signal, op);
 }
 
 /// Orders this thread's earlier puts before its later puts and signals, as every peer sees them

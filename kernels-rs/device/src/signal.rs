@@ -14,6 +14,7 @@ use crate::atomic::{GpuAtomicU64, SysAtomicU64};
 use crate::ctx::{self, team};
 use crate::error;
 use crate::index::{block_rank, block_size, grid_size, thread_rank};
+use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 use crate::sync::sync_threads;
 use crate::time::{globaltimer, nanosleep};
 
@@ -25,7 +26,10 @@ const MAX_BACKOFF_NS: u32 = 1024;
 
 /// Polls `poll` until it returns `Ok`, backing off with `nanosleep` and giving up after the launch's
 /// timeout: then records a timeout for the address `addr` (with `expected`, the last `Err` observed and
-/// `cmp`) and ends the thread.
+/// `cmp`) and ends the thread. Between the back-off's polls it also reads the team's abort word (raised by
+/// a panic anywhere in the team): once raised, it records an `Aborted` wait and ends the thread. The spin
+/// polls before the back-off do neither, so a wait that succeeds early runs the same instructions as
+/// without them.
 #[inline(always)]
 pub(crate) fn poll_until<R>(
     mut poll: impl FnMut() -> Result<R, u64>,
@@ -37,6 +41,7 @@ pub(crate) fn poll_until<R>(
     let mut polls = 0u32;
     let mut start = 0u64;
     let mut backoff = MIN_BACKOFF_NS;
+    let mut abort = core::ptr::null_mut();
     loop {
         let observed = match poll() {
             Ok(r) => return r,
@@ -46,11 +51,16 @@ pub(crate) fn poll_until<R>(
             polls += 1;
             if polls == SPIN_POLLS {
                 start = globaltimer();
+                abort = error::abort_word();
             }
             continue;
         }
         nanosleep(backoff);
         backoff = (backoff * 2).min(MAX_BACKOFF_NS);
+        let origin = error::abort_raised(abort);
+        if origin != 0 {
+            error::aborted(addr, expected, observed, cmp, origin, location);
+        }
         if globaltimer().wrapping_sub(start) > ctx::timeout_ns() {
             timed_out(addr, expected, observed, cmp, location);
         }
@@ -206,9 +216,10 @@ impl Signal {
 /// the pad's launch epoch.
 ///
 /// The epoch makes signals reusable without host resets, across launches and CUDA-graph replays: launch
-/// `k` (1-based) of a kernel using the pad sees [`epoch`](SignalPad::epoch) `== k` on every rank, so a
-/// sender adds 1 per launch and the receiver waits for `>= epoch * adds_per_launch`. The kernel advances the
-/// epoch itself with [`advance_epoch`](SignalPad::advance_epoch) at its end.
+/// `k` (1-based) of a kernel using the pad sees [`Session::epoch`] `== k` on every rank, so a sender adds 1
+/// per launch and the receiver waits for `>= epoch * adds_per_launch`. A kernel uses the pad through one
+/// [`Session`] per thread ([`SignalPad::session`]), which advances the epoch exactly once, when it is
+/// dropped at the kernel's end: there is no advance to forget or to repeat.
 #[derive(Debug, Clone, Copy)]
 pub struct SignalPad {
     raw: RawSym<u64>,
@@ -278,16 +289,29 @@ impl SignalPad {
         unsafe { GpuAtomicU64::from_ptr(self.raw.local.add(self.len() + block)) }
     }
 
+    /// Begins this launch's use of the pad: the returned [`Session`] knows the launch's epoch and advances
+    /// it when dropped. Block-collective: every thread of every block takes one session per launch and keeps
+    /// it to the end of its use of the pad (at the kernel's end, usually); the drop waits for the block.
+    #[inline(always)]
+    #[track_caller]
+    pub fn session(&self) -> Session {
+        Session {
+            pad: *self,
+            epoch: self.epoch(),
+            #[cfg(not(target_arch = "nvptx64"))]
+            begun: Location::caller(),
+        }
+    }
+
     /// This launch's epoch: 1 for the first launch that used the pad, then 2, 3, … — the same on every
-    /// rank and in every block when all ranks launch the same kernels. Read it before
-    /// [`advance_epoch`](SignalPad::advance_epoch).
+    /// rank and in every block when all ranks launch the same kernels.
     ///
     /// Each block keeps its own count of completed launches, and every launch leaves all counts equal (its
     /// blocks also advance the slots of the blocks it did not run), so a launch reads only its block's slot
     /// and ends with posted adds — no load, no fence; stream order makes them visible to the next launch.
     #[inline(always)]
     #[track_caller]
-    pub fn epoch(&self) -> u64 {
+    fn epoch(&self) -> u64 {
         // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
@@ -296,18 +320,17 @@ impl SignalPad {
         self.epoch_slot(block_rank() as usize).load_relaxed() + 1
     }
 
-    /// Ends this launch's epoch. Block-collective: every thread of every block calls it once, at the end
-    /// of the kernel, after its last use of [`epoch`](SignalPad::epoch). Every slot goes up by one with a
+    /// Ends this launch's epoch ([`Session`]'s drop). Block-collective: every thread of every block, once, at
+    /// the end of its use of the pad (`at`: where its session began). Every slot goes up by one with a
     /// posted `red.add` (no load, no fence on the kernel's way out): each block its own slot, and the slots
     /// of the blocks beyond the grid shared out over the grid's threads (at most one each for grids of 256
     /// threads or more), so the next launch may use any grid.
     #[inline(always)]
-    #[track_caller]
-    pub fn advance_epoch(&self) {
+    fn advance_epoch(&self, #[cfg(not(target_arch = "nvptx64"))] at: &'static Location<'static>) {
         // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
-            crate::emu::check::pad(&self.raw, Some(Location::caller()))
+            crate::emu::check::pad(&self.raw, Some(at))
         };
         let (block, blocks) = (block_rank() as usize, grid_size() as usize);
         // Every thread of the block has read the epoch before it changes.
@@ -320,5 +343,144 @@ impl SignalPad {
             self.epoch_slot(slot).add_relaxed(1);
             slot += stride;
         }
+    }
+}
+
+/// One launch's use of a [`SignalPad`] by one thread: the launch's epoch, and the pad's signals. Dropping it
+/// advances the epoch — once, by construction.
+///
+/// ```
+/// use ferrocomm_device::prelude::*;
+/// fn notify(pad: SignalPad) {
+///     let session = pad.session();
+///     let next = (team::rank() + 1) % team::world();
+///     if thread_rank() == 0 {
+///         session.channel(next).signal(0).set_release(session.epoch());
+///     }
+/// } // the session's drop: the block's barrier, then the epoch advances
+/// ```
+#[derive(Debug)]
+#[must_use = "a session advances the pad's epoch when dropped: keep it to the end of the pad's use"]
+pub struct Session {
+    pad: SignalPad,
+    epoch: u64,
+    /// Where it began: the emulator's checker names it when ranks or blocks advance differently.
+    #[cfg(not(target_arch = "nvptx64"))]
+    begun: &'static Location<'static>,
+}
+
+impl Session {
+    /// This launch's epoch: 1 for the first launch that used the pad, then 2, 3, … — the same on every rank
+    /// and in every block when all ranks launch the same kernels.
+    #[inline(always)]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The pad.
+    #[inline(always)]
+    pub fn pad(&self) -> SignalPad {
+        self.pad
+    }
+
+    /// Signal `i` of this rank's copy: the one this rank waits on.
+    #[inline(always)]
+    #[track_caller]
+    pub fn local(&self, i: usize) -> Signal {
+        self.pad.local(i)
+    }
+
+    /// The channel to rank `peer` (panics when `peer` is not in the team).
+    #[inline(always)]
+    #[track_caller]
+    pub fn channel(&self, peer: u32) -> Channel {
+        assert!(peer < team::world(), "peer rank out of range of the team");
+        Channel { pad: self.pad, peer, epoch: self.epoch }
+    }
+
+    /// The channels to every other rank, in rank order.
+    #[inline(always)]
+    pub fn peers(&self) -> impl Iterator<Item = Channel> + use<> {
+        let (pad, epoch, rank) = (self.pad, self.epoch, team::rank());
+        (0..team::world()).filter(move |&q| q != rank).map(move |peer| Channel { pad, peer, epoch })
+    }
+}
+
+impl Drop for Session {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.pad.advance_epoch(
+            #[cfg(not(target_arch = "nvptx64"))]
+            self.begun,
+        );
+    }
+}
+
+/// What one rank needs to talk to one peer in a launch: the peer's signals (raise them to tell it), this
+/// rank's signals the peer raises, the peer's copies of symmetric buffers, and the launch's epoch.
+///
+/// ```
+/// use ferrocomm_device::prelude::*;
+/// /// Sends `src` to every peer's `inbox` slot of this rank and waits for every peer's message.
+/// fn all_gather(session: &Session, inbox: SymSliceMut<u32>, src: &[u32]) {
+///     let rank = team::rank() as usize;
+///     for ch in session.peers() {
+///         let slot = ch.remote(inbox).slice(rank * src.len(), src.len());
+///         put_signal(Group::Block, slot, src, ch.signal(rank), SignalOp::Set(session.epoch()));
+///     }
+///     if thread_rank() == 0 {
+///         for ch in session.peers() {
+///             ch.inbox(ch.peer() as usize).wait_ge(session.epoch());
+///         }
+///     }
+///     sync_threads();
+/// }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Channel {
+    pad: SignalPad,
+    peer: u32,
+    epoch: u64,
+}
+
+impl Channel {
+    /// The peer's rank.
+    #[inline(always)]
+    pub fn peer(&self) -> u32 {
+        self.peer
+    }
+
+    /// The launch's epoch (its session's).
+    #[inline(always)]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Signal `i` of the peer's copy of the pad: raise it to tell the peer.
+    #[inline(always)]
+    #[track_caller]
+    pub fn signal(&self, i: usize) -> Signal {
+        self.pad.peer(self.peer, i)
+    }
+
+    /// Signal `i` of this rank's copy of the pad: the one the peer raises, this rank waits on.
+    #[inline(always)]
+    #[track_caller]
+    pub fn inbox(&self, i: usize) -> Signal {
+        self.pad.local(i)
+    }
+
+    /// The peer's copy of `buf`: the destination of puts to it.
+    #[inline(always)]
+    #[track_caller]
+    pub fn remote<T: DeviceCopy>(&self, buf: SymSliceMut<T>) -> PeerSliceMut<T> {
+        buf.peer(self.peer)
+    }
+
+    /// The peer's copy of the read-only `buf`: the source of gets from it.
+    #[inline(always)]
+    #[track_caller]
+    pub fn remote_input<T: DeviceCopy>(&self, buf: SymSlice<T>) -> PeerSlice<T> {
+        buf.peer(self.peer)
     }
 }

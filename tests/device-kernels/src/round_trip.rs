@@ -57,11 +57,11 @@ impl Op {
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Group {
-    /// One thread: the `put` / `get` / `put_signal` / `put_ll` / `read_ll` variants.
+    /// One thread.
     Thread = 0,
-    /// A warp: the `_warp` variants.
+    /// A warp.
     Warp = 1,
-    /// A block: the `_block` variants.
+    /// A block.
     Block = 2,
 }
 
@@ -99,73 +99,13 @@ impl Group {
         }
     }
 
-    /// Whether the calling thread raises and waits on the group's signals.
+    /// The device library's group of the same threads.
     #[inline(always)]
-    fn is_leader(self) -> bool {
+    fn threads(self) -> ferrocomm_device::Group {
         match self {
-            Group::Thread => true,
-            Group::Warp => lane_id() == 0,
-            Group::Block => thread_rank() == 0,
-        }
-    }
-
-    /// Makes what the leader observed visible to the whole group.
-    #[inline(always)]
-    fn sync(self) {
-        match self {
-            Group::Thread => {}
-            Group::Warp => sync_warp(warp_mask()),
-            Group::Block => sync_threads(),
-        }
-    }
-
-    #[inline(always)]
-    #[track_caller]
-    fn put<T: DeviceCopy>(self, dst: PeerSliceMut<T>, src: &[T]) {
-        match self {
-            Group::Thread => put(dst, src),
-            Group::Warp => put_warp(dst, src),
-            Group::Block => put_block(dst, src),
-        }
-    }
-
-    #[inline(always)]
-    #[track_caller]
-    fn get<T: DeviceCopy>(self, dst: &mut [T], src: PeerSlice<T>) {
-        match self {
-            Group::Thread => get(dst, src),
-            Group::Warp => get_warp(dst, src),
-            Group::Block => get_block(dst, src),
-        }
-    }
-
-    #[inline(always)]
-    #[track_caller]
-    fn put_signal<T: DeviceCopy>(self, dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
-        match self {
-            Group::Thread => put_signal(dst, src, signal, op),
-            Group::Warp => put_signal_warp(dst, src, signal, op),
-            Group::Block => put_signal_block(dst, src, signal, op),
-        }
-    }
-
-    #[inline(always)]
-    #[track_caller]
-    fn put_ll<T: DeviceCopy>(self, dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
-        match self {
-            Group::Thread => put_ll(dst, src, flag),
-            Group::Warp => put_ll_warp(dst, src, flag),
-            Group::Block => put_ll_block(dst, src, flag),
-        }
-    }
-
-    #[inline(always)]
-    #[track_caller]
-    fn read_ll<T: DeviceCopy>(self, dst: &mut [T], src: PeerSlice<LlPacket>, flag: u32) {
-        match self {
-            Group::Thread => read_ll(dst, src, flag),
-            Group::Warp => read_ll_warp(dst, src, flag),
-            Group::Block => read_ll_block(dst, src, flag),
+            Group::Thread => ferrocomm_device::Group::Thread,
+            Group::Warp => ferrocomm_device::Group::Warp,
+            Group::Block => ferrocomm_device::Group::Block,
         }
     }
 }
@@ -204,7 +144,8 @@ fn round_trip<T: DeviceCopy>(
     ll: SymSliceMut<LlPacket>,
     pad: SignalPad,
 ) {
-    let epoch = pad.epoch();
+    let session = pad.session();
+    let epoch = session.epoch();
     let (rank, world) = (team::rank(), team::world());
     let next = (rank + 1) % world;
     let groups = groups as usize;
@@ -215,28 +156,28 @@ fn round_trip<T: DeviceCopy>(
             let n = end - start;
             let mine = &src.local()[src_off + start..src_off + end];
             let back = &mut back[dst_off + start..dst_off + end];
+            let threads = group.threads();
             match op {
-                Op::Put => group.put(dst.peer(next).slice(dst_off + start, n), mine),
-                Op::Get => group.get(back, src.peer(next).slice(src_off + start, n)),
+                Op::Put => put(threads, dst.peer(next).slice(dst_off + start, n), mine),
+                Op::Get => get(threads, back, src.peer(next).slice(src_off + start, n)),
                 Op::PutSignal => {
-                    let signal = pad.peer(next, g);
-                    group.put_signal(dst.peer(next).slice(dst_off + start, n), mine, signal, SignalOp::Set(epoch));
-                    if group.is_leader() {
-                        pad.local(g).wait_ge(epoch);
+                    let signal = session.channel(next).signal(g);
+                    put_signal(threads, dst.peer(next).slice(dst_off + start, n), mine, signal, SignalOp::Set(epoch));
+                    if threads.is_leader() {
+                        session.local(g).wait_ge(epoch);
                     }
-                    group.sync();
-                    group.get(back, dst.local().slice(dst_off + start, n).as_const());
+                    threads.sync();
+                    get(threads, back, dst.local().slice(dst_off + start, n).as_const());
                 }
                 Op::Ll => {
                     let flag = ll_flag(epoch);
                     let (first, packets) = ll_range::<T>(start, end, g);
-                    group.put_ll(ll.peer(next).slice(first, packets), mine, flag);
-                    group.read_ll(back, ll.local().slice(first, packets).as_const(), flag);
+                    put_ll(threads, ll.peer(next).slice(first, packets), mine, flag);
+                    read_ll(threads, back, ll.local().slice(first, packets).as_const(), flag);
                 }
             }
         }
     }
-    pad.advance_epoch();
 }
 
 /// A round trip of `u8` elements. `op` is an [`Op`], `group` a [`Group`]; `groups <= MAX_GROUPS` groups

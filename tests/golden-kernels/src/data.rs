@@ -36,21 +36,21 @@ pub unsafe extern "ptx-kernel" fn golden_st_v4(p: *mut u32, a: u32, b: u32, c: u
 pub unsafe extern "ptx-kernel" fn golden_put(dst: RawSym<u32>, src: RawSlice<u32>, rank: u32) {
     // SAFETY: see the module.
     let (dst, src): (SymSliceMut<u32>, &[u32]) = unsafe { (arg(dst), arg(src)) };
-    put(dst.peer(rank), src);
+    put(Group::Thread, dst.peer(rank), src);
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_put_block(dst: RawSym<u8>, src: RawSlice<u8>, rank: u32) {
     // SAFETY: see the module.
     let (dst, src): (SymSliceMut<u8>, &[u8]) = unsafe { (arg(dst), arg(src)) };
-    put_block(dst.peer(rank), src);
+    put(Group::Block, dst.peer(rank), src);
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_get_warp(dst: RawSlice<f32>, src: RawSym<f32>, rank: u32) {
     // SAFETY: see the module.
     let (dst, src): (&mut [f32], SymSlice<f32>) = unsafe { (arg(dst), arg(src)) };
-    get_warp(dst, src.peer(rank));
+    get(Group::Warp, dst, src.peer(rank));
 }
 
 #[unsafe(no_mangle)]
@@ -58,14 +58,14 @@ pub unsafe extern "ptx-kernel" fn golden_put_signal_block(dst: RawSym<u32>, src:
     // SAFETY: see the module.
     let (dst, src, pad): (SymSliceMut<u32>, &[u32], SignalPad) = unsafe { (arg(dst), arg(src), arg(pad)) };
     let peer = 1 - team::rank();
-    put_signal_block(dst.peer(peer), src, pad.peer(peer, 0), SignalOp::Add(1));
+    put_signal(Group::Block, dst.peer(peer), src, pad.peer(peer, 0), SignalOp::Add(1));
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_put_nbi_quiet(dst: RawSym<u32>, src: RawSlice<u32>, rank: u32) {
     // SAFETY: see the module.
     let (dst, src): (SymSliceMut<u32>, &[u32]) = unsafe { (arg(dst), arg(src)) };
-    put_warp_nbi(dst.peer(rank), src).quiet();
+    put_nbi(Group::Warp, dst.peer(rank), src).quiet();
 }
 
 #[unsafe(no_mangle)]
@@ -84,14 +84,14 @@ pub unsafe extern "ptx-kernel" fn golden_ll_load(p: *const LlPacket, out: *mut L
 pub unsafe extern "ptx-kernel" fn golden_put_ll(dst: RawSym<LlPacket>, src: RawSlice<u64>, rank: u32, flag: u32) {
     // SAFETY: see the module.
     let (dst, src): (SymSliceMut<LlPacket>, &[u64]) = unsafe { (arg(dst), arg(src)) };
-    put_ll(dst.peer(rank), src, flag);
+    put_ll(Group::Thread, dst.peer(rank), src, flag);
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_read_ll(dst: RawSlice<u64>, src: RawSym<LlPacket>, flag: u32) {
     // SAFETY: see the module.
     let (dst, src): (&mut [u64], SymSliceMut<LlPacket>) = unsafe { (arg(dst), arg(src)) };
-    read_ll(dst, src.local(), flag);
+    read_ll(Group::Thread, dst, src.local(), flag);
 }
 
 #[unsafe(no_mangle)]

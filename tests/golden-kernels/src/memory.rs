@@ -205,7 +205,7 @@ pub unsafe extern "ptx-kernel" fn golden_signal_wait_relaxed(p: *mut u64, expect
 pub unsafe extern "ptx-kernel" fn golden_pad_epoch(pad: RawSym<u64>, out: *mut u64) {
     // SAFETY: the launch passes a live pad with its epoch slots.
     let pad = unsafe { SignalPad::from_raw(pad) };
+    let session = pad.session();
     // SAFETY: the launch passes a valid pointer.
-    unsafe { *out = pad.epoch() };
-    pad.advance_epoch();
+    unsafe { *out = session.epoch() };
 }

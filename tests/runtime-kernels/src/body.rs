@@ -37,7 +37,8 @@ pub unsafe fn ring(data: RawSym<u32>, pad: RawSym<u64>) {
     let (data, pad) = unsafe { (SymSliceMut::from_raw(data), SignalPad::from_raw(pad)) };
     let (rank, world) = (team::rank(), team::world());
     let next = (rank + 1) % world;
-    let epoch = pad.epoch();
+    let session = pad.session(); // the launch's epoch, advanced when the session ends
+    let epoch = session.epoch();
     let dst = data.peer(next);
     let mut i = global_thread_idx();
     while i < dst.len() {
@@ -51,7 +52,6 @@ pub unsafe fn ring(data: RawSym<u32>, pad: RawSym<u64>) {
         pad.peer(next, 0).add_release(1);
         pad.local(0).wait_ge(epoch * u64::from(grid_size()));
     }
-    pad.advance_epoch();
 }
 
 /// Rank 0 waits for signal 1 of its pad, which no rank ever raises: a timeout on purpose. The other ranks

@@ -124,12 +124,7 @@ pub fn run_ok(world: u32, grid: [u32; 3], block: [u32; 3], dyn_shared: usize, ke
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Group {
-    Thread,
-    Warp,
-    Block,
-}
+pub use ferrocomm_device::Group;
 
 /// Block shape per group: the warp case has a partial second warp (8 lanes); the block case is 2-D.
 pub fn block_for(group: Group) -> [u32; 3] {

@@ -20,14 +20,14 @@ pub fn scale(dst: &mut [f32], src: &[f32], by: f32) {
 #[kernel(len(inbox) >= len(src))]
 pub fn ring(src: &[f32], inbox: SymSliceMut<f32>, pad: SignalPad) {
     let (rank, world) = (team::rank(), team::world());
-    let epoch = pad.epoch();
+    let session = pad.session(); // the launch's epoch, advanced when the session ends
+    let epoch = session.epoch();
     let next = (rank + 1) % world;
-    put_signal_block(inbox.peer(next).slice(0, src.len()), src, pad.peer(next, rank as usize), SignalOp::Add(1));
+    put_signal(Group::Block, inbox.peer(next).slice(0, src.len()), src, pad.peer(next, rank as usize), SignalOp::Add(1));
     if thread_rank() == 0 {
         pad.local(((rank + world - 1) % world) as usize).wait_ge(epoch);
     }
     sync_threads();
-    pad.advance_epoch();
 }
 
 /// Reads the next rank's copy of a symmetric input.
@@ -36,7 +36,7 @@ pub fn fetch(out: &mut [u32], table: SymSlice<u32>, enabled: bool) {
     if enabled {
         let next = (team::rank() + 1) % team::world();
         let n = out.len();
-        get_block(out, table.peer(next).slice(0, n));
+        get(Group::Block, out, table.peer(next).slice(0, n));
     }
 }
 
@@ -53,11 +53,13 @@ fn main() -> Result<(), Error> {
         assert_eq!(dst.to_host(rank)?, [2.0, 4.0, 6.0, 8.0, 10.0]);
     }
 
-    // A violated relation is a typed error naming it and both lengths; nothing runs.
+    // A violated relation is a typed error naming the kernel, the argument, the relation and both lengths;
+    // nothing runs.
     let short = SymBuffer::<f32>::new(&team, 3)?;
     match scale::launch(&team, LaunchConfig::new(1, 8), &mut dst, &short, 2.0) {
-        Err(Error::LengthMismatch { relation, left, right }) => {
-            assert_eq!((relation, left, right), ("len(dst) == len(src)", 5, 3));
+        Err(Error::Requirement { kernel, argument, relation, values }) => {
+            assert_eq!((kernel, argument, relation), ("scale", "dst", "len(dst) == len(src)"));
+            assert_eq!(values, "len(dst) = 5, len(src) = 3; 5 == 3");
         }
         other => panic!("expected a length mismatch, got {:?}", other.map(|_| ())),
     }

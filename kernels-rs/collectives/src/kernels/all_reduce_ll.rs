@@ -13,13 +13,12 @@
 //! parity `p` at epoch `e`. Stale packets carry older flags and are never mistaken for new ones.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::ll::{ll_flag, ll_store};
+use ferrocomm_device::ll::ll_flag;
 use ferrocomm_device::prelude::*;
 
-use super::{poll_ll_vector, vector_packets};
+use super::SPIN_POLLS;
 use crate::element::{Element, ReduceOp, reduce_ranks};
 use crate::layout::ll_region;
-use crate::vector::Region;
 
 /// The LL all-reduce of `data` in place (see the module documentation); `ll` holds `2 * world *
 /// slot_packets` packets and each region at least two packets per vector of `data`.
@@ -33,10 +32,10 @@ fn all_reduce_ll<T: Element, O: ReduceOp>(
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     assert!(2 * world * slot <= ll.len(), "LL buffer smaller than the regions asked for");
-    let epoch = pad.epoch();
-    let (flag, parity) = (ll_flag(epoch), epoch & 1);
-    // SAFETY: this rank's copy of `data`; vector `k` is read and written by one thread only.
-    let local = unsafe { Region::new(data.local().as_ptr(), data.len()) };
+    let session = pad.session();
+    let (flag, parity) = (ll_flag(session.epoch()), session.epoch() & 1);
+    // Vector `k` of this rank's copy is read and written by one thread only.
+    let local = data.local().vectors();
     let vectors = local.vectors();
     assert!(2 * vectors.max(1) <= slot, "message larger than an LL region");
     // An empty message still exchanges one (empty) vector: every launch on the pad must hear from every
@@ -46,35 +45,26 @@ fn all_reduce_ll<T: Element, O: ReduceOp>(
 
     let mut k = first;
     while k < exchanged {
-        // SAFETY: `k < vectors` when loaded.
-        let v = if k < vectors { unsafe { local.load(k) } } else { [0; 4] };
-        let [lo, hi] = vector_packets(v, flag);
-        for peer in (0..world).filter(|&q| q != rank) {
-            let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot) + 2 * k, 2);
-            // SAFETY: two packets inside the peer's region (the slice checked it); packets are 16-byte
-            // aligned in the LL buffer, and only this thread writes them in this launch.
-            unsafe {
-                ll_store(region.as_ptr(), lo);
-                ll_store(region.as_ptr().add(1), hi);
-            }
+        let v = if k < vectors { local.load(k) } else { [0; 4] };
+        for ch in session.peers() {
+            // This rank's region in the peer's LL buffer; only this thread writes vector `k` of it.
+            ch.remote(ll).slice(ll_region(parity, rank, world, slot), slot).store_vector(k, v, flag);
         }
         k += stride;
     }
 
     let mut k = first;
     while k < exchanged {
-        // SAFETY: `k < vectors` when loaded; this thread sent vector `k` above, before overwriting it below.
-        let own = if k < vectors { unsafe { local.load(k) } } else { [0; 4] };
+        // This thread sent vector `k` above, before it overwrites it below.
+        let own = if k < vectors { local.load(k) } else { [0; 4] };
         let v = reduce_ranks::<T, O>(world, rank, own, |p| {
-            poll_ll_vector(ll.local().slice(ll_region(parity, p, world, slot) + 2 * k, 2).as_const(), flag)
+            ll.local().slice(ll_region(parity, p, world, slot), slot).as_const().poll_vector(k, flag, SPIN_POLLS)
         });
         if k < vectors {
-            // SAFETY: `k < vectors`, this thread's vector.
-            unsafe { local.store(k, v) };
+            local.store(k, v);
         }
         k += stride;
     }
-    pad.advance_epoch();
 }
 
 /// One-shot LL all-reduce of `data` in place, with the [`op_code`] `op`, one PTX entry per element type; `ll`

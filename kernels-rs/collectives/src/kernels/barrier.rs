@@ -14,12 +14,11 @@ use crate::layout::barrier_pad;
 #[kernel]
 pub fn barrier(pad: SignalPad) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
-    let epoch = pad.epoch();
+    let session = pad.session();
     if block_rank() == 0
-        && let Some(peer) = peer_thread(rank, world)
+        && let Some(ch) = peer_thread(rank, world).map(|q| session.channel(q))
     {
-        pad.peer(peer, barrier_pad::arrived(rank)).set_release(epoch);
-        pad.local(barrier_pad::arrived(peer as usize)).wait_ge(epoch);
+        ch.signal(barrier_pad::arrived(rank)).set_release(session.epoch());
+        ch.inbox(barrier_pad::arrived(ch.peer() as usize)).wait_ge(session.epoch());
     }
-    pad.advance_epoch();
 }

@@ -20,16 +20,13 @@
 //! moving share `b` on both sides; the LL transport splits it by packet over the grid's threads.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::ll::{ll_flag, ll_store};
-use ferrocomm_device::mem::GlobalPtr;
+use ferrocomm_device::ll::ll_flag;
 use ferrocomm_device::prelude::*;
 
-use super::{peer_thread, poll_ll_vector, vector_packets};
+use super::{SPIN_POLLS, peer_thread};
 use crate::layout::{
-    ExchangePlan, MAX_WORLD, VECTOR_BYTES, epoch_tag, exchange_mode, exchange_pad, ll_region, one_shot_pad, share,
-    stage_slot,
+    ExchangePlan, VECTOR_BYTES, epoch_tag, exchange_mode, exchange_pad, ll_region, one_shot_pad, share, stage_slot,
 };
-use crate::vector::{Region, store_vectors};
 
 /// One rank's view of an exchange.
 struct Messages<'a> {
@@ -80,13 +77,11 @@ impl Messages<'_> {
         }
     }
 
-    /// The `len` bytes at `offset` of the send buffer, as a vector region.
+    /// The `len` bytes at `offset` of the send buffer, as vectors.
     #[inline(always)]
     #[track_caller]
-    fn region(&self, offset: usize, len: usize) -> Region {
-        let bytes = &self.src[offset..offset + len];
-        // SAFETY: a kernel argument (global memory) that no thread writes in this launch.
-        unsafe { Region::new(bytes.as_ptr(), bytes.len()) }
+    fn vectors(&self, offset: usize, len: usize) -> Vectors {
+        Vectors::of(&self.src[offset..offset + len])
     }
 
     /// The message bytes `start..end` of the message to `dst` at `offset`.
@@ -104,7 +99,7 @@ fn copy_to_self(messages: &Messages<'_>, dst: SymSliceMut<u8>, recv_counts: &mut
     let (offset, len, header) = messages.outgoing(rank);
     let (at, _) = messages.incoming(rank, header);
     let (start, end) = share(len, grid_size() as usize, block_rank() as usize);
-    put_block(dst.local().slice(at + start, end - start), messages.bytes(offset, start, end));
+    put(Group::Block, dst.local().slice(at + start, end - start), messages.bytes(offset, start, end));
     if messages.plan.mode == exchange_mode::ALL_TO_ALL && block_rank() == 0 && thread_rank() == 0 {
         recv_counts[rank] = header as u32;
     }
@@ -157,29 +152,23 @@ pub fn exchange_ll(
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let slot = plan.slot as usize;
     assert!(2 * world * slot <= ll.len(), "LL buffer smaller than the plan's regions");
-    let epoch = pad.epoch();
-    let (flag, parity) = (ll_flag(epoch), epoch & 1);
+    let session = pad.session();
+    let (flag, parity) = (ll_flag(session.epoch()), session.epoch() & 1);
     let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
-    let (first, stride) = (global_thread_idx() as usize, global_threads() as usize);
+    let (first, stride) = (global_thread_idx(), global_threads());
 
-    for peer in (0..world).filter(|&q| q != rank) {
-        let (offset, len, header) = messages.outgoing(peer);
-        let body = messages.region(offset, len);
+    for ch in session.peers() {
+        let (offset, len, header) = messages.outgoing(ch.peer() as usize);
+        let body = messages.vectors(offset, len);
         let vectors = 1 + body.vectors();
         assert!(2 * vectors <= slot, "exchange message larger than an LL region");
-        let region = ll.peer(peer as u32).slice(ll_region(parity, rank, world, slot), 2 * vectors);
+        // This rank's region in the peer's LL buffer; vector `j` of it is written by this thread alone.
+        let region = ch.remote(ll).slice(ll_region(parity, rank, world, slot), 2 * vectors);
         let mut j = first;
         while j < vectors {
-            // SAFETY: vector `j - 1 < body.vectors()` of the send buffer.
-            let v = if j == 0 { [header as u32, (header >> 32) as u32, 0, 0] } else { unsafe { body.load(j - 1) } };
-            let [lo, hi] = vector_packets(v, flag);
-            // SAFETY: packets `2j` and `2j + 1` of the peer's region (the slice checked them), 16-byte aligned
-            // in the LL buffer, written by this thread alone in this launch.
-            unsafe {
-                ll_store(region.as_ptr().add(2 * j), lo);
-                ll_store(region.as_ptr().add(2 * j + 1), hi);
-            }
+            let v = if j == 0 { [header as u32, (header >> 32) as u32, 0, 0] } else { body.load(j - 1) };
+            region.store_vector(j, v, flag);
             j += stride;
         }
     }
@@ -187,11 +176,10 @@ pub fn exchange_ll(
     // This rank's message to itself, copied locally with the same split.
     let (offset, len, header) = messages.outgoing(rank);
     let (at, _) = messages.incoming(rank, header);
-    let (from, to) = (messages.region(offset, len), local_region(dst, at, len));
+    let (from, to) = (messages.vectors(offset, len), receive_vectors(dst, at, len));
     let mut k = first;
     while k < from.vectors() {
-        // SAFETY: vector `k` of both regions, this thread's alone.
-        unsafe { to.store(k, from.load(k)) };
+        to.store(k, from.load(k));
         k += stride;
     }
     if plan.mode == exchange_mode::ALL_TO_ALL && first == 0 {
@@ -199,34 +187,30 @@ pub fn exchange_ll(
     }
 
     for peer in (0..world).filter(|&q| q != rank) {
-        let region = ll.local().slice(ll_region(parity, peer, world, slot), slot);
-        let h = poll_ll_vector(region.slice(0, 2).as_const(), flag);
+        let region = ll.local().slice(ll_region(parity, peer, world, slot), slot).as_const();
+        let h = region.poll_vector(0, flag, SPIN_POLLS);
         let header = u64::from(h[0]) | u64::from(h[1]) << 32;
         let (at, len) = messages.incoming(peer, header);
-        let out = local_region(dst, at, len);
+        let out = receive_vectors(dst, at, len);
         // Thread 0's first vector is the header, which every thread polled above.
         let mut j = if first == 0 { stride } else { first };
         while j <= out.vectors() {
-            let v = poll_ll_vector(region.slice(2 * j, 2).as_const(), flag);
-            // SAFETY: vector `j - 1` of the message's place in the receive buffer, this thread's alone.
-            unsafe { out.store(j - 1, v) };
+            out.store(j - 1, region.poll_vector(j, flag, SPIN_POLLS));
             j += stride;
         }
         if plan.mode == exchange_mode::ALL_TO_ALL && first == 0 {
             recv_counts[peer] = header as u32;
         }
     }
-    pad.advance_epoch();
 }
 
-/// Bytes `at..at + len` of this rank's receive buffer (checked against its length) as a vector region.
+/// Bytes `at..at + len` of this rank's receive buffer (panics beyond its end) as vectors; this launch
+/// writes them from this rank's threads only, each vector from one thread.
 #[inline(always)]
 #[track_caller]
-fn local_region(dst: SymSliceMut<u8>, at: usize, len: usize) -> Region {
-    assert!(at + len <= dst.len(), "exchange message overflows the receive buffer");
-    // SAFETY: in bounds (checked); this rank's copy is written in this launch by this rank's threads only,
-    // each vector by one thread.
-    unsafe { Region::new(dst.local().as_ptr().add(at), len) }
+fn receive_vectors(dst: SymSliceMut<u8>, at: usize, len: usize) -> VectorsMut {
+    assert!(at <= dst.len() && len <= dst.len() - at, "exchange message overflows the receive buffer");
+    dst.local().slice(at, len).vectors()
 }
 
 /// Mid-size exchange through the staging buffer (see the module documentation). Arguments as for
@@ -244,58 +228,51 @@ pub fn exchange_staged(
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
-    let (t, threads) = (thread_rank() as usize, block_size() as usize);
+    let (t, threads) = Group::Block.position();
     let slot = plan.slot as usize;
     assert!(2 * world * slot <= stage.len(), "staging buffer smaller than the plan's slots");
-    let epoch = pad.epoch();
-    let parity = epoch & 1;
+    let session = pad.session();
+    let (epoch, parity) = (session.epoch(), session.epoch() & 1);
     let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
+    // Slot (`parity`, `src`) of a copy of the staging buffer, as bytes.
+    let slot_of = |copy: PeerSliceMut<V16>, src: usize| copy.slice(stage_slot(parity, src, world, slot), slot).vectors();
 
-    for q in (0..world).filter(|&q| q != rank) {
-        let (offset, len, header) = messages.outgoing(q);
+    for ch in session.peers() {
+        let (offset, len, header) = messages.outgoing(ch.peer() as usize);
         assert!(len <= slot * VECTOR_BYTES, "exchange message larger than a staging slot");
         let (start, end) = share(len, blocks, block);
-        let from = messages.bytes(offset, start, end);
-        // SAFETY: this block's share of slot (`parity`, `rank`) in `q`'s staging buffer, global memory that
-        // `q` no longer reads (the module documentation); the source is this rank's send buffer.
-        unsafe {
-            let slot_base = stage.peer(q as u32).as_ptr().add(stage_slot(parity, rank, world, slot));
-            let target = GlobalPtr::from_generic(slot_base.cast::<u8>().add(start));
-            let region = Region::new(from.as_ptr(), from.len());
-            store_vectors(target, 0, region, 0, region.vectors(), t, threads);
-        }
+        let from = messages.vectors(offset + start, end - start);
+        // This block's share of slot (`parity`, `rank`) in the peer's staging buffer, which the peer no
+        // longer reads (the module documentation).
+        let to = slot_of(ch.remote(stage), rank).sub(start, end - start);
+        to.copy_from(from, 0, (0, from.vectors()), (t, threads));
+        // The block's stores, then the release that covers them.
         sync_threads();
         if t == 0 {
-            pad.peer(q as u32, one_shot_pad::pushed(parity, block, rank)).set_release(epoch_tag(epoch, header));
+            ch.signal(one_shot_pad::pushed(parity, block, rank)).set_release(epoch_tag(epoch, header));
         }
     }
     copy_to_self(&messages, dst, recv_counts);
 
-    let headers = ferrocomm_device::shared_array!(FERROCOMM_EXCHANGE_STAGED_HEADERS: [u64; MAX_WORLD]);
     if let Some(q) = peer_thread(rank, world) {
-        let value = pad.local(one_shot_pad::pushed(parity, block, q as usize)).wait_ge(epoch_tag(epoch, 0));
-        // SAFETY: thread `q` alone writes element `q`; the barrier below orders the reads after it.
-        unsafe { headers.write(q as usize, value & 0xffff_ffff) };
+        session.local(one_shot_pad::pushed(parity, block, q as usize)).wait_ge(epoch_tag(epoch, 0));
     }
+    // Every peer's flag was acquired by its thread; the barrier orders the whole block after them.
     sync_threads();
     for q in (0..world).filter(|&q| q != rank) {
-        // SAFETY: written before the barrier above, read-only from here on.
-        let header = unsafe { headers.read(q) };
+        // The header rides in the flag's low half; its value is final for this launch (acquired above).
+        let header = session.local(one_shot_pad::pushed(parity, block, q)).load_relaxed() & 0xffff_ffff;
         let (at, len) = messages.incoming(q, header);
         let (start, end) = share(len, blocks, block);
-        // SAFETY: bytes `start..end` of slot (`parity`, `q`) of this rank's staging buffer, which rank `q`
-        // published with the flag acquired above and does not write again before this launch ends.
-        let from = unsafe {
-            let slot_base = stage.local().as_ptr().add(stage_slot(parity, q, world, slot));
-            core::slice::from_raw_parts(slot_base.cast::<u8>().add(start), end - start)
-        };
-        put_block(dst.local().slice(at + start, end - start), from);
+        // Bytes `start..end` of slot (`parity`, `q`) of this rank's staging buffer, which rank `q` published
+        // with the flag acquired above and does not write again before this launch ends.
+        let from = slot_of(stage.local(), q).as_const().sub(start, end - start);
+        receive_vectors(dst, at + start, end - start).copy_from(from, 0, (0, from.vectors()), (t, threads));
         if plan.mode == exchange_mode::ALL_TO_ALL && block == 0 && t == 0 {
             recv_counts[q] = header as u32;
         }
     }
-    pad.advance_epoch();
 }
 
 /// Large-message exchange by direct stores (see the module documentation). Arguments as for
@@ -311,37 +288,34 @@ pub fn exchange_direct(
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
-    let epoch = pad.epoch();
+    let session = pad.session();
+    let epoch = session.epoch();
     let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
-    let peer = peer_thread(rank, world);
+    let peer = peer_thread(rank, world).map(|q| session.channel(q));
 
-    if let Some(q) = peer {
+    // Tell each peer that this rank's receive buffer may be written; wait until the peer's may.
+    if let Some(ch) = peer {
         if block == 0 {
-            pad.peer(q, exchange_pad::ready(rank)).set_release(epoch);
+            ch.signal(exchange_pad::ready(rank)).set_release(epoch);
         }
-        pad.local(exchange_pad::ready(q as usize)).wait_ge(epoch);
+        ch.inbox(exchange_pad::ready(ch.peer() as usize)).wait_ge(epoch);
     }
     sync_threads();
-    for q in (0..world).filter(|&q| q != rank) {
-        let (offset, len, header) = messages.outgoing(q);
+    for ch in session.peers() {
+        let (offset, len, header) = messages.outgoing(ch.peer() as usize);
         let (at, _) = messages.incoming(rank, header);
         let (start, end) = share(len, blocks, block);
-        let target = dst.peer(q as u32).slice(at + start, end - start);
-        let signal = pad.peer(q as u32, exchange_pad::done(block, rank));
-        put_signal_block(
-            target,
-            messages.bytes(offset, start, end),
-            signal,
-            SignalOp::Set(epoch << 32 | (header & 0xffff_ffff)),
-        );
+        let target = ch.remote(dst).slice(at + start, end - start);
+        let signal = ch.signal(exchange_pad::done(block, rank));
+        let value = SignalOp::Set(epoch << 32 | (header & 0xffff_ffff));
+        put_signal(Group::Block, target, messages.bytes(offset, start, end), signal, value);
     }
     copy_to_self(&messages, dst, recv_counts);
-    if let Some(q) = peer {
-        let value = pad.local(exchange_pad::done(block, q as usize)).wait_ge(epoch_tag(epoch, 0));
+    if let Some(ch) = peer {
+        let value = ch.inbox(exchange_pad::done(block, ch.peer() as usize)).wait_ge(epoch_tag(epoch, 0));
         if plan.mode == exchange_mode::ALL_TO_ALL && block == 0 {
-            recv_counts[q as usize] = value as u32;
+            recv_counts[ch.peer() as usize] = value as u32;
         }
     }
-    pad.advance_epoch();
 }

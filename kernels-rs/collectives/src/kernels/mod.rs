@@ -22,13 +22,14 @@ pub mod two_shot;
 
 use ferrocomm_device::prelude::*;
 
-/// Polls of a spin wait before it falls back to the library wait (back-off and timeout): on the GPU long
+/// Polls of a spin wait (a signal, or an LL vector's packets) before it falls back to the library wait
+/// (back-off and timeout): on the GPU long
 /// enough to cover a peer's round trip without ever sleeping on the latency-critical path; in the emulator
 /// short, because spinning host threads take the CPU from the threads they wait for.
 #[cfg(target_arch = "nvptx64")]
-const SPIN_POLLS: u32 = 1 << 14;
+pub(crate) const SPIN_POLLS: u32 = 1 << 14;
 #[cfg(not(target_arch = "nvptx64"))]
-const SPIN_POLLS: u32 = 64;
+pub(crate) const SPIN_POLLS: u32 = 64;
 
 /// Waits until `signal >= value` (acquire), first in a tight loop with no back-off — the ping-pong's fast
 /// path — then with [`Signal::wait_ge`], which backs off and times out.
@@ -43,35 +44,6 @@ pub(crate) fn spin_wait_ge(signal: Signal, value: u64) {
         polls += 1;
     }
     signal.wait_ge(value);
-}
-
-/// Waits until both LL packets of a 16-byte vector carry `flag` and returns the vector: both packets are
-/// loaded together on every poll (one round trip, not two), in a tight loop first, then through
-/// [`read_ll`], which backs off and records a timeout.
-#[inline(always)]
-#[track_caller]
-pub(crate) fn poll_ll_vector(packets: PeerSlice<LlPacket>, flag: u32) -> [u32; 4] {
-    assert!(packets.len() >= 2, "an LL vector is two packets");
-    let p = packets.as_ptr();
-    for _ in 0..SPIN_POLLS {
-        // SAFETY: two packets of the slice, 16-byte aligned in the LL buffer (global memory).
-        let (lo, hi) = unsafe { (ferrocomm_device::ll::ll_load(p), ferrocomm_device::ll::ll_load(p.add(1))) };
-        if lo.is_complete(flag) && hi.is_complete(flag) {
-            return [lo.data_lo, lo.data_hi, hi.data_lo, hi.data_hi];
-        }
-    }
-    let mut words = [0u32; 4];
-    read_ll(&mut words, packets.slice(0, 2), flag);
-    words
-}
-
-/// The two LL packets that carry the 16-byte vector `v` under `flag` (8 data bytes each).
-#[inline(always)]
-pub(crate) fn vector_packets(v: [u32; 4], flag: u32) -> [LlPacket; 2] {
-    [
-        LlPacket { data_lo: v[0], flag_lo: flag, data_hi: v[1], flag_hi: flag },
-        LlPacket { data_lo: v[2], flag_lo: flag, data_hi: v[3], flag_hi: flag },
-    ]
 }
 
 /// Whether this thread speaks for peer `t` of the block's signalling: thread `t` of the block handles peer

@@ -10,60 +10,55 @@
 //! grows.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
 use super::peer_thread;
-use crate::element::{Element, ReduceOp, V16, reduce_strided};
-use crate::layout::{MAX_WORLD, VECTOR_BYTES, epoch_tag, one_shot_pad, stage_slot};
-use crate::vector::{Region, store_vectors};
+use crate::element::{Element, ReduceOp, reduce_strided};
+use crate::layout::{MAX_WORLD, epoch_tag, one_shot_pad, stage_slot};
 
 #[inline(always)]
 #[track_caller]
 fn one_shot<T: Element, O: ReduceOp>(data: SymSliceMut<T>, stage: SymSliceMut<V16>, pad: SignalPad, slot: usize) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     assert!(world <= MAX_WORLD && 2 * world * slot <= stage.len(), "staging buffer smaller than its slots");
-    let epoch = pad.epoch();
+    let session = pad.session();
+    let epoch = session.epoch();
     let parity = epoch & 1;
-    // SAFETY: this rank's copy of `data`; vector `k` is read and written by one thread only.
-    let local = unsafe { Region::new(data.local().as_ptr(), data.len()) };
+    // Vector `k` of this rank's copy is read and written by one thread only.
+    let local = data.local().vectors();
     let vectors = local.vectors();
     assert!(vectors <= slot, "message larger than a staging slot");
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
-    let (t, threads) = (thread_rank() as usize, block_size() as usize);
+    let (t, threads) = Group::Block.position();
     let per_block = vectors.div_ceil(blocks);
     let (lo, hi) = ((block * per_block).min(vectors), ((block + 1) * per_block).min(vectors));
-    let peer = peer_thread(rank, world);
 
-    for q in (0..world).filter(|&q| q != rank) {
-        // SAFETY: slot (`parity`, `rank`) of rank `q`'s staging buffer, global memory that `q` no longer
-        // reads (see the module documentation); `hi <= vectors <= slot`.
-        unsafe {
-            let dst = GlobalPtr::from_generic(stage.peer(q as u32).as_ptr().add(stage_slot(parity, rank, world, slot)));
-            store_vectors(dst, 0, local, lo, hi, t, threads);
-        }
+    for ch in session.peers() {
+        // Slot (`parity`, `rank`) of the peer's staging buffer, which it no longer reads (see the module
+        // documentation).
+        let to = ch.remote(stage).slice(stage_slot(parity, rank, world, slot), slot).vectors();
+        to.copy_from(local.as_const(), 0, (lo, hi), (t, threads));
+    }
+    // The block's stores, then one release per peer that covers them.
+    sync_threads();
+    if let Some(q) = peer_thread(rank, world) {
+        let ch = session.channel(q);
+        ch.signal(one_shot_pad::pushed(parity, block, rank)).set_release(epoch_tag(epoch, 0));
+        ch.inbox(one_shot_pad::pushed(parity, block, q as usize)).wait_ge(epoch_tag(epoch, 0));
     }
     sync_threads();
-    if let Some(q) = peer {
-        pad.peer(q, one_shot_pad::pushed(parity, block, rank)).set_release(epoch_tag(epoch, 0));
-        pad.local(one_shot_pad::pushed(parity, block, q as usize)).wait_ge(epoch_tag(epoch, 0));
-    }
-    sync_threads();
 
-    // SAFETY: this rank's staging buffer, global memory.
-    let own_stage = unsafe { GlobalPtr::from_generic(stage.local().as_ptr()) };
+    let staged = stage.local().vectors();
     reduce_strided::<T, O>(
         (world, rank),
         (lo, hi),
         (t, threads),
-        // SAFETY: `k < vectors`; this thread pushed vector `k` above and overwrites it below.
-        |k| unsafe { local.load(k) },
-        // SAFETY: vector `k` of slot (`parity`, `p`), published by the acquire of this block's flags.
-        |p, k| unsafe { own_stage.byte_add((stage_slot(parity, p, world, slot) + k) * VECTOR_BYTES).ld_v4() },
-        // SAFETY: as for the load.
-        |k, v| unsafe { local.store(k, v) },
+        |k| local.load(k),
+        // Vector `k` of slot (`parity`, `p`), published by the acquire of this block's flags.
+        |p, k| staged.load(stage_slot(parity, p, world, slot) + k),
+        // This thread pushed vector `k` above; overwriting it now loses nothing.
+        |k, v| local.store(k, v),
     );
-    pad.advance_epoch();
 }
 
 /// One-shot push all-reduce of `data` in place with the [`op_code`] `op` (see the module documentation), one

@@ -33,10 +33,10 @@ fn route(shift: u32, active: u32) -> Route {
 /// rank advances it by `iters` (participants or not), keeping it equal on all ranks; the barrier first lets
 /// every thread of the block read the old base.
 #[inline(always)]
-fn advance_sequence(pad: &SignalPad, base: u64, iters: u32) {
+fn advance_sequence(session: &Session, base: u64, iters: u32) {
     sync_threads();
     if block_rank() == 0 && thread_rank() == 0 {
-        pad.local(p2p_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
+        session.local(p2p_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
     }
 }
 
@@ -57,21 +57,21 @@ pub fn ping_pong(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = pad.local(p2p_pad::SEQUENCE).load_relaxed();
+    let session = pad.session();
+    let base = session.local(p2p_pad::SEQUENCE).load_relaxed();
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
-        let peer = if rank == initiator { responder } else { initiator };
-        let mine = pad.local(p2p_pad::PING);
-        let theirs = pad.peer(peer, p2p_pad::PING);
-        let dst = inbox.peer(peer).slice(0, payload.len());
+        let ch = session.channel(if rank == initiator { responder } else { initiator });
+        let (mine, theirs) = (ch.inbox(p2p_pad::PING), ch.signal(p2p_pad::PING));
+        let dst = ch.remote(inbox).slice(0, payload.len());
         let start = globaltimer();
         for i in 1..=u64::from(iters) {
             if rank == initiator {
-                put(dst, payload);
+                put(Group::Thread, dst, payload);
                 theirs.set_release(base + i);
                 spin_wait_ge(mine, base + i);
             } else {
                 spin_wait_ge(mine, base + i);
-                put(dst, payload);
+                put(Group::Thread, dst, payload);
                 theirs.set_release(base + i);
             }
         }
@@ -79,8 +79,7 @@ pub fn ping_pong(
         out[0] = elapsed;
         out[1] = u64::from(iters);
     }
-    advance_sequence(&pad, base, iters);
-    pad.advance_epoch();
+    advance_sequence(&session, base, iters);
 }
 
 /// Ping-pong with LL packets: data and flag travel in the same 16-byte stores, so no fence and no separate
@@ -103,25 +102,26 @@ pub fn ping_pong_ll(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = pad.local(p2p_pad::SEQUENCE).load_relaxed();
+    let session = pad.session();
+    let base = session.local(p2p_pad::SEQUENCE).load_relaxed();
     if block_rank() == 0 && warp_id() == 0 && (rank == initiator || rank == responder) {
-        let peer = if rank == initiator { responder } else { initiator };
+        let ch = session.channel(if rank == initiator { responder } else { initiator });
         // An empty payload still travels as one packet: the flag is the message.
         let empty = [0u8; 8];
         let mut sink = [0u8; 8];
         let (send, recv): (&[u8], &mut [u8]) =
             if payload.is_empty() { (&empty, &mut sink) } else { (payload, &mut inbox[..payload.len()]) };
         let packets = ll_packets::<u8>(send.len());
-        let (to, from) = (ll.peer(peer).slice(0, packets), ll.local().slice(0, packets));
+        let (to, from) = (ch.remote(ll).slice(0, packets), ll.local().slice(0, packets));
         let start = globaltimer();
         for i in 1..=u64::from(iters) {
             let flag = ll_flag(base + i);
             if rank == initiator {
-                put_ll_warp(to, send, flag);
-                read_ll_warp(&mut *recv, from, flag);
+                put_ll(Group::Warp, to, send, flag);
+                read_ll(Group::Warp, &mut *recv, from, flag);
             } else {
-                read_ll_warp(&mut *recv, from, flag);
-                put_ll_warp(to, send, flag);
+                read_ll(Group::Warp, &mut *recv, from, flag);
+                put_ll(Group::Warp, to, send, flag);
             }
         }
         let elapsed = globaltimer() - start;
@@ -130,8 +130,7 @@ pub fn ping_pong_ll(
             out[1] = u64::from(iters);
         }
     }
-    advance_sequence(&pad, base, iters);
-    pad.advance_epoch();
+    advance_sequence(&session, base, iters);
 }
 
 /// Put with signal: each active rank copies `src` into the start of its target's `dst`, block `b` moving
@@ -141,28 +140,30 @@ pub fn ping_pong_ll(
 #[kernel(bytes(src, dst), requires(len(dst) >= len(src)))]
 pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
-    let epoch = pad.epoch();
+    let session = pad.session();
+    let epoch = session.epoch();
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let leader = thread_rank() == 0;
     if let Some(from) = route.from
         && block == 0
         && leader
     {
-        pad.peer(from, p2p_pad::ready(team::rank() as usize)).set_release(epoch);
+        session.channel(from).signal(p2p_pad::ready(team::rank() as usize)).set_release(epoch);
     }
-    if let Some(to) = route.to {
+    if let Some(to) = route.to.map(|to| session.channel(to)) {
         if leader {
-            pad.local(p2p_pad::ready(to as usize)).wait_ge(epoch);
+            to.inbox(p2p_pad::ready(to.peer() as usize)).wait_ge(epoch);
         }
         sync_threads();
         let (start, end) = share(src.len(), blocks, block);
-        let target = dst.peer(to).slice(start, end - start);
-        put_signal_block(target, &src[start..end], pad.peer(to, p2p_pad::done(block)), SignalOp::Set(epoch));
+        let target = to.remote(dst).slice(start, end - start);
+        let done = to.signal(p2p_pad::done(block));
+        // The library's put-with-signal (the kernel's own name shadows it here).
+        ferrocomm_device::put::put_signal(Group::Block, target, &src[start..end], done, SignalOp::Set(epoch));
     }
     if route.from.is_some() && leader {
-        pad.local(p2p_pad::done(block)).wait_ge(epoch);
+        session.local(p2p_pad::done(block)).wait_ge(epoch);
     }
-    pad.advance_epoch();
 }
 
 /// Get: each active rank reads the start of its source rank's `src` into `dst`, block `b` moving share `b`
@@ -172,28 +173,29 @@ pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, 
 #[kernel(bytes(dst, src), requires(len(src) >= len(dst)))]
 pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
-    let epoch = pad.epoch();
+    let session = pad.session();
+    let epoch = session.epoch();
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let leader = thread_rank() == 0;
     if let Some(reader) = route.from
         && block == 0
         && leader
     {
-        pad.peer(reader, p2p_pad::ready(team::rank() as usize)).set_release(epoch);
+        session.channel(reader).signal(p2p_pad::ready(team::rank() as usize)).set_release(epoch);
     }
-    if let Some(source) = route.to {
+    if let Some(source) = route.to.map(|to| session.channel(to)) {
         if leader {
-            pad.local(p2p_pad::ready(source as usize)).wait_ge(epoch);
+            source.inbox(p2p_pad::ready(source.peer() as usize)).wait_ge(epoch);
         }
         sync_threads();
         let (start, end) = share(dst.len(), blocks, block);
-        get_block(&mut dst[start..end], src.peer(source).slice(start, end - start));
+        let from = source.remote_input(src).slice(start, end - start);
+        ferrocomm_device::put::get(Group::Block, &mut dst[start..end], from);
         if leader {
-            pad.peer(source, p2p_pad::done(block)).set_release(epoch);
+            source.signal(p2p_pad::done(block)).set_release(epoch);
         }
     }
     if route.from.is_some() && leader {
-        pad.local(p2p_pad::done(block)).wait_ge(epoch);
+        session.local(p2p_pad::done(block)).wait_ge(epoch);
     }
-    pad.advance_epoch();
 }

@@ -18,41 +18,45 @@
 //! Signals carry `segment_tag(epoch, segment)`, which only grows: no resets across launches and replays.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
 use super::peer_thread;
-use crate::element::{Element, ReduceOp, V16, reduce_strided};
-use crate::layout::{MAX_WORLD, TwoShotPlan, VECTOR_BYTES, segment_tag, two_shot_pad};
-use crate::vector::{Region, store_vectors};
+use crate::element::{Element, ReduceOp, reduce_strided};
+use crate::layout::{MAX_WORLD, TwoShotPlan, segment_tag, two_shot_pad};
 
-/// What every segment of one launch shares (kept small: the segment loop carries it across calls).
-#[derive(Clone, Copy)]
-struct Launch<T> {
+/// What every segment of one launch shares.
+struct Launch<'s, T> {
     data: SymSliceMut<T>,
     scratch: SymSliceMut<V16>,
-    pad: SignalPad,
+    session: &'s Session,
     /// Where this rank's reduced chunk goes: its own chunk of `data` (all-reduce) or `out`.
-    result: Region,
+    result: VectorsMut,
     plan: TwoShotPlan,
-    epoch: u64,
 }
 
-impl<T: Element> Launch<T> {
-    /// Chunk `c` of the `plan.len` elements at `base` (the last chunks may be shorter or empty).
+impl<T: Element> Launch<'_, T> {
+    /// Bytes `(start, len)` of chunk `c` of the `plan.len` elements (the last chunks may be shorter or
+    /// empty).
     #[inline(always)]
-    fn chunk(&self, base: *const T, c: usize) -> Region {
+    fn chunk(&self, c: usize) -> (usize, usize) {
         let (len, chunk) = (self.plan.len as usize, self.plan.chunk as usize);
         let start = (c * chunk).min(len);
-        // SAFETY: `start + (chunk ∩ rest) <= len` elements of a live buffer (the kernel's arguments).
-        unsafe { Region::new(base.wrapping_add(start), chunk.min(len - start)) }
+        let size = core::mem::size_of::<T>();
+        (start * size, chunk.min(len - start) * size)
+    }
+
+    /// Chunk `c` of one rank's copy of `data`.
+    #[inline(always)]
+    fn chunk_of(&self, copy: PeerSliceMut<T>, c: usize) -> VectorsMut {
+        let (start, len) = self.chunk(c);
+        copy.vectors().sub(start, len)
     }
 
     /// Vectors per segment and the number of segments: segments hold at most one scratch slot and are cut
     /// from the largest chunk (chunk 0), so every rank agrees on them.
     #[inline(always)]
     fn segments(&self) -> (usize, usize) {
-        let largest = self.chunk(self.data.local().as_ptr(), 0).vectors();
+        let largest = self.chunk(0).1.div_ceil(VECTOR_BYTES);
         let seg = (self.plan.slot_vectors as usize).min(largest).max(1);
         (seg, largest.div_ceil(seg))
     }
@@ -63,66 +67,63 @@ impl<T: Element> Launch<T> {
 /// it into every peer for an all-reduce), raise `reduced`. Out of line so the segment loop's state and the
 /// segment's own registers are not live at once.
 #[inline(never)]
-fn segment<T: Element, O: ReduceOp>(l: &Launch<T>, s: usize) {
+fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
-    let (t, threads) = (thread_rank() as usize, block_size() as usize);
+    let (t, threads) = Group::Block.position();
     let slot = l.plan.slot_vectors as usize;
     let (seg, _) = l.segments();
     let per_block = seg.div_ceil(blocks);
     let first = s * seg;
     let (lo, hi) = (first + (block * per_block).min(seg), first + ((block + 1) * per_block).min(seg));
-    let peer = peer_thread(rank, world);
-    let input = l.data.local().as_ptr();
+    let tag = |segment| segment_tag(l.session.epoch(), segment);
+    let peer = peer_thread(rank, world).map(|q| l.session.channel(q));
 
     if s > 0 {
-        if let Some(q) = peer {
-            l.pad.local(two_shot_pad::reduced(block, q as usize)).wait_ge(segment_tag(l.epoch, s - 1));
+        if let Some(ch) = peer {
+            ch.inbox(two_shot_pad::reduced(block, ch.peer() as usize)).wait_ge(tag(s - 1));
         }
         sync_threads();
     }
-    for q in (0..world).filter(|&q| q != rank) {
-        let src = l.chunk(input, q);
-        // SAFETY: the share's vectors of slot `rank` in `q`'s scratch (global memory), which `q` no longer
-        // reads (flow control above); `hi` clipped to the chunk.
-        unsafe {
-            let target = GlobalPtr::from_generic(l.scratch.peer(q as u32).as_ptr().add(rank * slot));
-            store_vectors(target, first, src, lo, hi.min(src.vectors()), t, threads);
-        }
+    for ch in l.session.peers() {
+        let from = l.chunk_of(l.data.local(), ch.peer() as usize).as_const();
+        // Slot `rank` of the peer's scratch, which it no longer reads (flow control above); vector `k` of the
+        // chunk lands at `k - first`.
+        let to = ch.remote(l.scratch).slice(rank * slot, slot).vectors();
+        to.copy_from(from, first, (lo, hi.min(from.vectors())), (t, threads));
     }
+    // The block's stores, then one release per peer that covers them.
     sync_threads();
-    if let Some(q) = peer {
-        l.pad.peer(q, two_shot_pad::pushed(block, rank)).set_release(segment_tag(l.epoch, s));
-        l.pad.local(two_shot_pad::pushed(block, q as usize)).wait_ge(segment_tag(l.epoch, s));
+    if let Some(ch) = peer {
+        ch.signal(two_shot_pad::pushed(block, rank)).set_release(tag(s));
+        ch.inbox(two_shot_pad::pushed(block, ch.peer() as usize)).wait_ge(tag(s));
     }
     sync_threads();
 
-    let mine = l.chunk(input, rank);
-    // SAFETY: this rank's scratch, global memory.
-    let own_scratch = unsafe { GlobalPtr::from_generic(l.scratch.local().as_ptr()) };
+    let mine = l.chunk_of(l.data.local(), rank);
+    let scratch = l.scratch.local().vectors();
     let gather = l.plan.gather != 0;
     reduce_strided::<T, O>(
         (world, rank),
         (lo, hi.min(mine.vectors())),
         (t, threads),
-        // SAFETY: `k < mine.vectors()`; vector `k` is read and then written by this thread only.
-        |k| unsafe { mine.load(k) },
-        // SAFETY: vector `k - first` of slot `p`, inside this rank's scratch, published by the acquire above.
-        |p, k| unsafe { own_scratch.byte_add((p * slot + k - first) * VECTOR_BYTES).ld_v4() },
+        // Vector `k` of this rank's chunk is read and then written by this thread only.
+        |k| mine.load(k),
+        // Vector `k - first` of slot `p`, published by the acquire above.
+        |p, k| scratch.load(p * slot + k - first),
         |k, v| {
-            // SAFETY: `k` is inside this rank's chunk, and of the same chunk on every peer.
-            unsafe { l.result.store(k, v) };
+            l.result.store(k, v);
             if gather {
-                for q in (0..world).filter(|&q| q != rank) {
-                    // SAFETY: as above; the peer read this vector before raising `pushed`.
-                    unsafe { l.chunk(l.data.peer(q as u32).as_ptr(), rank).store(k, v) };
+                // The same chunk of every peer, which read this vector before raising `pushed`.
+                for ch in l.session.peers() {
+                    l.chunk_of(ch.remote(l.data), rank).store(k, v);
                 }
             }
         },
     );
     sync_threads();
-    if let Some(q) = peer {
-        l.pad.peer(q, two_shot_pad::reduced(block, rank)).set_release(segment_tag(l.epoch, s));
+    if let Some(ch) = peer {
+        ch.signal(two_shot_pad::reduced(block, rank)).set_release(tag(s));
     }
 }
 
@@ -139,14 +140,15 @@ fn two_shot<T: Element, O: ReduceOp>(
     let slot = plan.slot_vectors as usize;
     assert!(plan.len <= data.len() as u64 && plan.chunk > 0 && slot > 0, "two-shot plan does not fit its buffer");
     assert!(world <= MAX_WORLD && world * slot <= scratch.len(), "two-shot scratch smaller than its slots");
-    let mut l = Launch { data, scratch, pad, result: Region::empty(), plan, epoch: pad.epoch() };
-    let mine = l.chunk(data.local().as_ptr(), rank);
+    let session = pad.session();
+    let mut l = Launch { data, scratch, session: &session, result: VectorsMut::empty(), plan };
+    let mine = l.chunk_of(data.local(), rank);
     l.result = if plan.gather != 0 {
         mine
     } else {
         assert!(core::mem::size_of_val(out) >= mine.len(), "reduce-scatter output shorter than a chunk");
-        // SAFETY: this rank's output, written by this launch only (each vector by one thread).
-        unsafe { Region::new(out.as_ptr(), out.len()) }.sub(0, mine.len())
+        // This rank's output, written by this launch only (each vector by one thread).
+        VectorsMut::of(out).sub(0, mine.len())
     };
     let (_, segments) = l.segments();
     for s in 0..segments {
@@ -156,9 +158,9 @@ fn two_shot<T: Element, O: ReduceOp>(
     if let Some(q) = peer_thread(rank, world)
         && segments > 0
     {
-        pad.local(two_shot_pad::reduced(block_rank() as usize, q as usize)).wait_ge(segment_tag(l.epoch, segments - 1));
+        let last = segment_tag(session.epoch(), segments - 1);
+        session.channel(q).inbox(two_shot_pad::reduced(block_rank() as usize, q as usize)).wait_ge(last);
     }
-    pad.advance_epoch();
 }
 
 /// Two-shot all-reduce of `data` in place with the [`op_code`] `plan.op` (see the module documentation), one
