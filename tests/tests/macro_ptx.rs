@@ -31,7 +31,7 @@ pub fn ring(src: &[f32], inbox: SymSliceMut<f32>, pad: SignalPad, enabled: bool)
     let (rank, world) = (team::rank(), team::world());
     let next = (rank + 1) % world;
     if enabled {
-        put_signal_block(inbox.peer(next).slice(0, src.len()), src, pad.peer(next, 0), SignalOp::Add(1));
+        put_signal(Group::Block, inbox.peer(next).slice(0, src.len()), src, pad.peer(next, 0), SignalOp::Add(1));
     }
 }
 
