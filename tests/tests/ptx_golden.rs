@@ -352,9 +352,19 @@ fn wait_polls_with_acquire_backs_off_and_times_out_by_exiting() {
         "golden_signal_wait_ge",
         &["ld.acquire.sys.u64 %rd, [%rd];", "nanosleep.u32 %r;", "mov.u64 %rd, %globaltimer;"],
     ) {
-        assert!(!blocks.iter().any(|b| b.contains("relaxed") || b == "trap;"), "sm_{cc}: {blocks:#?}");
+        // The signal is polled with acquire loads; the only relaxed load is of the team's abort word, which the
+        // back-off path reads between its polls (a panic anywhere in the team ends the wait).
+        assert!(!blocks.iter().any(|b| b.contains("ld.relaxed.sys.u64") || b == "trap;"), "sm_{cc}: {blocks:#?}");
+        assert!(
+            blocks.iter().any(|b| b == "ld.relaxed.sys.u32 %r, [%rd];"),
+            "sm_{cc}: no abort-word poll: {blocks:#?}"
+        );
     }
     for (cc, ptx) in modules() {
+        let aborted = func(ptx, "error7aborted");
+        assert!(aborted.contains("error6record"), "sm_{cc}: an aborted wait is not recorded:\n{aborted}");
+        let blocks = asm_blocks(aborted);
+        assert_eq!(blocks.last().map(String::as_str), Some("exit;"), "sm_{cc}: an aborted wait must end with exit");
         let timed_out = func(ptx, "signal9timed_out");
         assert!(timed_out.contains("error14record_timeout"), "sm_{cc}: the timeout is not recorded:\n{timed_out}");
         let blocks = asm_blocks(timed_out);
@@ -516,13 +526,18 @@ fn ll_read_polls_volatile_16_byte_loads_without_fences() {
 }
 
 #[test]
-fn panic_handler_records_then_traps() {
+fn panic_handler_records_raises_the_abort_and_exits() {
     for (cc, ptx) in modules() {
         let bounds = entry(ptx, "golden_panic");
         assert!(bounds.contains("panic_bounds_check"), "sm_{cc}: no bounds check in golden_panic");
         let handler = func(ptx, "rust_begin_unwind");
         assert!(handler.contains("error12record_panic"), "sm_{cc}: the panic handler does not record:\n{handler}");
-        assert_eq!(asm_blocks(handler).last().map(String::as_str), Some("trap;"), "sm_{cc}: no trap after the record");
+        // `exit`, never `trap`: a trap would lose the CUDA context for every later call of the process.
+        let blocks = asm_blocks(handler);
+        assert_eq!(blocks.last().map(String::as_str), Some("exit;"), "sm_{cc}: no exit after the record");
+        assert!(!blocks.iter().any(|b| b == "trap;"), "sm_{cc}: the panic handler traps: {blocks:#?}");
+        let raise = asm_blocks(func(ptx, "error11raise_abort"));
+        assert!(raise.iter().any(|b| b == "st.relaxed.sys.u32 [%rd], %r;"), "sm_{cc}: no abort-word store: {raise:#?}");
         let record = asm_blocks(func(ptx, "ferrocomm_device5error6record"));
         for expected in ["atom.relaxed.gpu.add.u32 %r, [%rd], %r;", "st.release.sys.u32 [%rd], %r;"] {
             assert!(record.iter().any(|b| b == expected), "sm_{cc}: the record lacks `{expected}`: {record:#?}");

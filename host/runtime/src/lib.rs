@@ -51,7 +51,7 @@ mod process;
 pub mod system;
 pub mod team;
 
-pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, GpuThread, Location, SignalRef};
+pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, Location, SignalRef};
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
 pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};

@@ -47,7 +47,13 @@ pub enum ErrorKind {
     /// Checker: ranks (or blocks of a rank) advanced a signal pad's epoch — what every signal-pad barrier
     /// waits on — a different number of times.
     BarrierMismatch = 6,
+    /// A wait ended early because a thread of the team panicked and raised the team's abort word (see
+    /// [`ErrorBuffer::abort_local`]): the wait's thread ended instead of waiting out the timeout.
+    Aborted = 7,
 }
+
+/// Kinds an [`ErrorBuffer`] counts separately ([`ErrorBuffer::kinds`], indexed by the kind's code).
+pub const ERROR_KIND_SLOTS: usize = 8;
 
 impl ErrorKind {
     /// Decodes the `kind` field of an [`ErrorRecord`].
@@ -59,6 +65,7 @@ impl ErrorKind {
             4 => Some(ErrorKind::SourceOverwritten),
             5 => Some(ErrorKind::UnraisedSignal),
             6 => Some(ErrorKind::BarrierMismatch),
+            7 => Some(ErrorKind::Aborted),
             _ => None,
         }
     }
@@ -66,6 +73,13 @@ impl ErrorKind {
 
 /// Bytes of a source file name kept in a record (longer names keep their tail).
 pub const ERROR_FILE_BYTES: usize = 96;
+
+/// Bytes of a panic message kept in a record (longer messages keep their head).
+pub const ERROR_MESSAGE_BYTES: usize = 120;
+
+/// What a GPU's panic handler records as the message when the panic's message has format arguments (only
+/// a message without arguments is a string the handler can copy; the emulator keeps every message).
+pub const FORMATTED_MESSAGE: &str = "<formatted message: run the kernel on the emulator to see it>";
 
 /// One device error, as the host reads it back.
 ///
@@ -75,7 +89,8 @@ pub const ERROR_FILE_BYTES: usize = 96;
 /// | kind | `signal` | `expected`, `observed` | `cmp` | location |
 /// | --- | --- | --- | --- | --- |
 /// | `Timeout`, `UnraisedSignal` | the signal's address | value waited for, last value read | [`Cmp`] | the wait |
-/// | `Panic` | — | — | — | the panic |
+/// | `Panic` | — | — | — | the panic (and `message`) |
+/// | `Aborted` | the signal's address | value waited for, last value read | [`Cmp`] | the wait (and `origin`) |
 /// | `Race` | first byte read | the writer, [`ThreadRef::pack`] | bytes in conflict | the read |
 /// | `SourceOverwritten` | first changed source byte | destination address, source address | [`SourceCheck`] | the put |
 /// | `BarrierMismatch` | the pad's base address on this rank | advances expected, advances made | [`MismatchScope`] | the last `advance_epoch` |
@@ -106,9 +121,44 @@ pub struct ErrorRecord {
     pub file_len: u32,
     /// The source file name, UTF-8, not NUL-terminated.
     pub file: [u8; ERROR_FILE_BYTES],
+    /// Length of the message in `message` (a `Panic`'s; 0 for other kinds).
+    pub message_len: u32,
+    /// For `Aborted`: the rank whose panic raised the team's abort word, plus one (0: unknown).
+    pub origin: u32,
+    /// A `Panic`'s message, UTF-8, not NUL-terminated (its head, when longer than the field).
+    pub message: [u8; ERROR_MESSAGE_BYTES],
 }
 
 impl ErrorRecord {
+    /// A record with every field zero (kind 0 is no kind): the start of a record being filled in.
+    pub const EMPTY: ErrorRecord = ErrorRecord {
+        kind: 0,
+        rank: 0,
+        block: [0; 3],
+        thread: [0; 3],
+        signal: 0,
+        expected: 0,
+        observed: 0,
+        cmp: 0,
+        line: 0,
+        column: 0,
+        file_len: 0,
+        file: [0; ERROR_FILE_BYTES],
+        message_len: 0,
+        origin: 0,
+        message: [0; ERROR_MESSAGE_BYTES],
+    };
+
+    /// The panic message the record carries (empty for other kinds).
+    pub fn message(&self) -> &str {
+        let bytes = &self.message[..(self.message_len as usize).min(ERROR_MESSAGE_BYTES)];
+        // The head was cut on a character boundary by the writer; stay safe if it was not.
+        match core::str::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => core::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+        }
+    }
+
     /// The source file name the record carries (its tail, when the name was longer than the field).
     pub fn file_name(&self) -> &str {
         let bytes = &self.file[..(self.file_len as usize).min(ERROR_FILE_BYTES)];
@@ -237,7 +287,15 @@ impl Cmp {
 /// Records kept per rank per launch; later errors only count.
 pub const ERROR_CAPACITY: usize = 8;
 
-/// A rank's device error buffer: a count and the first [`ERROR_CAPACITY`] records.
+/// A rank's device error buffer: a count, counts per kind, the first [`ERROR_CAPACITY`] records, and where
+/// the team's abort word is.
+///
+/// The abort word: a `u32` per rank in a symmetric allocation of the team, 0 while the team runs. A thread
+/// that panics records its panic, stores its rank + 1 into every rank's word and ends (PTX `exit`, not
+/// `trap`: the CUDA context survives); every wait that has turned to its back-off (slow) path reads its own
+/// rank's word between polls and, once it is raised, records an [`ErrorKind::Aborted`] and ends its thread.
+/// So a panic ends the launch on every rank promptly, and the host reports the panic, not timeouts. The
+/// host clears its ranks' words after it reported the errors of a launch.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ErrorBuffer {
@@ -245,30 +303,36 @@ pub struct ErrorBuffer {
     pub count: u32,
     /// Set once a record is fully written (so the host never reads a half-written record).
     pub written: [u32; ERROR_CAPACITY],
+    /// Errors raised by the device library per kind code (`kinds[ErrorKind::Panic as usize]`, ...),
+    /// including those past the capacity: what the host's summary counts. The emulator's checker findings
+    /// are not counted here (their records are).
+    pub kinds: [u32; ERROR_KIND_SLOTS],
+    /// Device address of this rank's abort word (0: the team has none). Written by the host, kept across
+    /// launches.
+    pub abort_local: u64,
+    /// Device address of the team's table of `world` abort-word addresses, indexed by rank, as this rank
+    /// addresses them (0: none). Written by the host, kept across launches.
+    pub abort_peers: u64,
     /// The records.
     pub records: [ErrorRecord; ERROR_CAPACITY],
 }
 
 impl ErrorBuffer {
-    /// An empty buffer, as the host must initialise it before a launch.
+    /// An empty buffer, as the host must initialise it before a launch (without an abort word).
     pub const ZEROED: ErrorBuffer = ErrorBuffer {
         count: 0,
         written: [0; ERROR_CAPACITY],
-        records: [ErrorRecord {
-            kind: 0,
-            rank: 0,
-            block: [0; 3],
-            thread: [0; 3],
-            signal: 0,
-            expected: 0,
-            observed: 0,
-            cmp: 0,
-            line: 0,
-            column: 0,
-            file_len: 0,
-            file: [0; ERROR_FILE_BYTES],
-        }; ERROR_CAPACITY],
+        kinds: [0; ERROR_KIND_SLOTS],
+        abort_local: 0,
+        abort_peers: 0,
+        records: [ErrorRecord::EMPTY; ERROR_CAPACITY],
     };
+
+    /// The buffer with its records and counts cleared and its abort-word addresses kept: what the host
+    /// writes back after reading it.
+    pub fn cleared(&self) -> ErrorBuffer {
+        ErrorBuffer { abort_local: self.abort_local, abort_peers: self.abort_peers, ..ErrorBuffer::ZEROED }
+    }
 
     /// The records that were completely written, in claim order (read after the kernel finished).
     pub fn written_records(&self) -> impl Iterator<Item = &ErrorRecord> {
@@ -349,3 +413,9 @@ unsafe impl<T> Sync for RawSym<T> {}
 unsafe impl Send for LaunchCtx {}
 // SAFETY: as above.
 unsafe impl Sync for LaunchCtx {}
+
+// The layouts the host reads back: a change here is a change of the ABI (update the host runtime too).
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 296 && core::mem::align_of::<ErrorRecord>() == 8);
+const _: () = assert!(core::mem::offset_of!(ErrorRecord, message_len) == 168);
+const _: () = assert!(core::mem::offset_of!(ErrorBuffer, abort_local) == 72);
+const _: () = assert!(core::mem::offset_of!(ErrorBuffer, records) == 88);

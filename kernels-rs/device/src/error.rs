@@ -1,10 +1,18 @@
-//! Device error records: what a timed-out wait and the panic handler leave in the rank's error buffer for
-//! the host, and how a kernel thread ends afterwards.
+//! Device error records: what a timed-out wait, an aborted wait and the panic handler leave in the rank's
+//! error buffer for the host, and how a kernel thread ends afterwards.
 //!
 //! A record is claimed with an atomic add on `count` (so concurrent errors never share a slot), written,
 //! and then published by a release store of `written[i]`, so the host never reads half a record.
+//!
+//! A panic is an error, not a crash: the handler records it (location and, where the message has no
+//! format arguments, the message), raises the team's abort word on every rank (see
+//! [`ErrorBuffer`](crate::abi::ErrorBuffer)) and ends its thread with PTX `exit`. Waits that see the word
+//! end their threads too, so the launch ends promptly on every rank, the CUDA context stays usable, and the
+//! host reports a typed `KernelPanic`.
 
-use crate::abi::{Cmp, ERROR_CAPACITY, ERROR_FILE_BYTES, ErrorBuffer, ErrorKind, ErrorRecord};
+use crate::abi::{
+    Cmp, ERROR_CAPACITY, ERROR_FILE_BYTES, ERROR_KIND_SLOTS, ERROR_MESSAGE_BYTES, ErrorBuffer, ErrorKind, ErrorRecord,
+};
 use crate::atomic::{GpuAtomicU32, SysAtomicU32};
 use crate::ctx;
 use crate::index;
@@ -19,6 +27,21 @@ struct Details<'a> {
     file: &'a str,
     line: u32,
     column: u32,
+    message: &'a str,
+    origin: u32,
+}
+
+/// The head of `message` that fits a record, ending on a character boundary.
+pub(crate) fn message_head(message: &str) -> &[u8] {
+    let bytes = message.as_bytes();
+    if bytes.len() <= ERROR_MESSAGE_BYTES {
+        return bytes;
+    }
+    let mut end = ERROR_MESSAGE_BYTES;
+    while end > 0 && !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &bytes[..end]
 }
 
 /// The tail of `file` that fits a record, starting on a character boundary.
@@ -46,12 +69,20 @@ fn record(d: Details<'_>) {
     // SAFETY: the host keeps the error buffer allocated for the launch; `count` is only accessed atomically.
     let count = unsafe { GpuAtomicU32::from_ptr(&raw mut (*errors).count) };
     let slot = count.fetch_add_relaxed(1) as usize;
+    let kind = d.kind as usize;
+    if kind < ERROR_KIND_SLOTS {
+        // SAFETY: as above; the counters are only accessed atomically during the launch.
+        unsafe { GpuAtomicU32::from_ptr(&raw mut (*errors).kinds[kind]) }.fetch_add_relaxed(1);
+    }
     if slot >= ERROR_CAPACITY {
         return;
     }
     let tail = file_tail(d.file);
     let mut file = [0u8; ERROR_FILE_BYTES];
     file[..tail.len()].copy_from_slice(tail);
+    let head = message_head(d.message);
+    let mut message = [0u8; ERROR_MESSAGE_BYTES];
+    message[..head.len()].copy_from_slice(head);
     let rec = ErrorRecord {
         kind: d.kind as u32,
         rank: ctx::team::rank(),
@@ -65,6 +96,9 @@ fn record(d: Details<'_>) {
         column: d.column,
         file_len: tail.len() as u32,
         file,
+        message_len: head.len() as u32,
+        origin: d.origin,
+        message,
     };
     // SAFETY: the slot was claimed by this thread alone (the atomic add above), and the buffer is live.
     unsafe { (&raw mut (*errors).records[slot]).write(rec) };
@@ -92,13 +126,100 @@ pub(crate) fn record_timeout(
         file: location.file(),
         line: location.line(),
         column: location.column(),
+        message: "",
+        origin: 0,
     });
 }
 
-/// Records a panic at `file:line:column`.
+/// Records a panic at `file:line:column` with `message`, then raises the team's abort word on every rank,
+/// so every wait of the launch ends instead of timing out. The caller ends the thread.
 #[cold]
-pub(crate) fn record_panic(file: &str, line: u32, column: u32) {
-    record(Details { kind: ErrorKind::Panic, signal: 0, expected: 0, observed: 0, cmp: 0, file, line, column });
+pub(crate) fn record_panic(file: &str, line: u32, column: u32, message: &str) {
+    record(Details {
+        kind: ErrorKind::Panic,
+        signal: 0,
+        expected: 0,
+        observed: 0,
+        cmp: 0,
+        file,
+        line,
+        column,
+        message,
+        origin: 0,
+    });
+    raise_abort();
+}
+
+/// Stores this rank + 1 into every rank's abort word (nothing when the team has none).
+#[cold]
+#[inline(never)]
+fn raise_abort() {
+    let errors: *mut ErrorBuffer = ctx::error_buffer();
+    if errors.is_null() {
+        return;
+    }
+    // SAFETY: the host keeps the error buffer allocated for the launch and writes this field only between
+    // launches.
+    let peers = unsafe { core::ptr::read_volatile(&raw const (*errors).abort_peers) } as usize as *const u64;
+    if peers.is_null() {
+        return;
+    }
+    let origin = ctx::team::rank() + 1;
+    for rank in 0..ctx::team::world() as usize {
+        // SAFETY: the host's table has `world` entries, each the address of a rank's live abort word, which
+        // is only accessed atomically while kernels run.
+        let word = unsafe { SysAtomicU32::from_ptr(peers.add(rank).read() as usize as *mut u32) };
+        word.store_relaxed(origin);
+    }
+}
+
+/// This rank's abort word, read once when a wait turns to its slow path (null: the team has none).
+#[cold]
+#[inline(never)]
+pub(crate) fn abort_word() -> *mut u32 {
+    let errors: *mut ErrorBuffer = ctx::error_buffer();
+    if errors.is_null() {
+        return core::ptr::null_mut();
+    }
+    // SAFETY: as in `raise_abort`.
+    unsafe { core::ptr::read_volatile(&raw const (*errors).abort_local) as usize as *mut u32 }
+}
+
+/// Whether the team's abort word `word` (from [`abort_word`]) was raised: the raising rank + 1, or 0.
+#[inline(always)]
+pub(crate) fn abort_raised(word: *mut u32) -> u32 {
+    if word.is_null() {
+        return 0;
+    }
+    // SAFETY: the host keeps the word allocated while the team lives; it is only accessed atomically.
+    unsafe { SysAtomicU32::from_ptr(word) }.load_relaxed()
+}
+
+/// Records that the wait on the signal at `signal` (for `cmp expected`, last seen `observed`) ended because
+/// rank `origin - 1` raised the team's abort word, then ends the thread.
+#[cold]
+#[inline(never)]
+pub(crate) fn aborted(
+    signal: u64,
+    expected: u64,
+    observed: u64,
+    cmp: Cmp,
+    origin: u32,
+    location: &core::panic::Location<'_>,
+) -> ! {
+    record(Details {
+        kind: ErrorKind::Aborted,
+        signal,
+        expected,
+        observed,
+        cmp: cmp as u32,
+        file: location.file(),
+        line: location.line(),
+        column: location.column(),
+        message: "",
+        origin,
+    });
+    exit_thread()
 }
 
 /// Ends the calling thread cleanly (PTX `exit`): the kernel's other threads go on, the launch completes, and
@@ -116,8 +237,9 @@ pub fn exit_thread() -> ! {
     }
 }
 
-/// Aborts the whole kernel (PTX `trap`): the launch fails and the CUDA context cannot be used any more.
-/// For bugs only; the panic handler calls it after recording the panic.
+/// Aborts the whole kernel (PTX `trap`): the launch fails and the CUDA context cannot be used any more (the
+/// process must restart to use that GPU again). Nothing in this library calls it: a panic ends its thread
+/// and the team's waits instead (see the module docs).
 #[cfg(target_arch = "nvptx64")]
 #[inline(always)]
 pub fn trap() -> ! {
@@ -125,21 +247,34 @@ pub fn trap() -> ! {
     unsafe { core::arch::asm!("trap;", options(noreturn, nostack)) }
 }
 
-/// A panic in device code (bounds check, `unwrap`, `panic!`): record where, then trap.
+/// A panic in device code (bounds check, `unwrap`, `assert!`, `panic!`): record where and why, raise the
+/// team's abort word, and end the thread (PTX `exit`). The message is kept when it is a literal (`.as_str()`:
+/// no format arguments); formatting one on the GPU would pull `core::fmt` into every module, so a message
+/// with arguments is recorded as [`FORMATTED_MESSAGE`](crate::abi::FORMATTED_MESSAGE).
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    let message = info.message().as_str().unwrap_or(crate::abi::FORMATTED_MESSAGE);
     match info.location() {
-        Some(l) => record_panic(l.file(), l.line(), l.column()),
-        None => record_panic("", 0, 0),
+        Some(l) => record_panic(l.file(), l.line(), l.column(), message),
+        None => record_panic("", 0, 0, message),
     }
-    trap()
+    exit_thread()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::file_tail;
-    use crate::abi::ERROR_FILE_BYTES;
+    use super::{file_tail, message_head};
+    use crate::abi::{ERROR_FILE_BYTES, ERROR_MESSAGE_BYTES};
+
+    #[test]
+    fn long_messages_keep_their_head_on_a_char_boundary() {
+        assert_eq!(message_head("planted"), b"planted");
+        let long = format!("{}é and more", "a".repeat(ERROR_MESSAGE_BYTES - 1));
+        let head = std::str::from_utf8(message_head(&long)).unwrap();
+        // "é" straddles the end of the field: the head stops before it.
+        assert_eq!(head, "a".repeat(ERROR_MESSAGE_BYTES - 1));
+    }
 
     #[test]
     fn long_file_names_keep_their_tail_on_a_char_boundary() {

@@ -3,8 +3,8 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
-use syn::spanned::Spanned;
 use syn::ext::IdentExt;
+use syn::spanned::Spanned;
 use syn::{Ident, Path, Type};
 
 use super::Attrs;
@@ -297,7 +297,12 @@ fn launch_fn(k: &Kernel, tys: &[Type], of: LaunchOf) -> TokenStream {
         let ty = with_static_lifetimes(&into_child_module(ty.clone()));
         let lowering = lowering_trait(p);
         inputs.push(quote_spanned!(p.ty.span()=> #ident: <#ty as #lowering>::Host<'a>));
-        lowers.push(quote_spanned!(p.ty.span()=> let #abi = <#ty as #lowering>::lower(&#ident, #rank)?;));
+        // The parameter's name goes with a lowering error, so a buffer of another team is named.
+        let name = ident.to_string();
+        lowers.push(quote_spanned!(p.ty.span()=>
+            let #abi = <#ty as #lowering>::lower(&#ident, #rank)
+                .map_err(|e| ::ferrocomm::Error::in_argument(e, #name))?;
+        ));
     }
     let checks = k.options.relations.iter().map(|rel| relation_check(k, rel, &abi, &rank, &kernel));
     let unsafety = &k.item.sig.unsafety;
@@ -471,11 +476,7 @@ fn host_argument(p: &Param, ty: &Type) -> String {
     } else {
         plain_host_argument(p.kind, inner)
     };
-    if p.optional {
-        format!("`Option` of {plain}; with `None` the kernel gets `None`")
-    } else {
-        plain
-    }
+    if p.optional { format!("`Option` of {plain}; with `None` the kernel gets `None`") } else { plain }
 }
 
 fn buffer_name(ty: &Type) -> Option<String> {

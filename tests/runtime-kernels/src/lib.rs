@@ -5,6 +5,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
 
 pub mod body;
+pub mod faults;
 
 #[cfg(target_arch = "nvptx64")]
 mod entries {

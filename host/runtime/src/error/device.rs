@@ -161,10 +161,15 @@ pub enum DeviceError {
         /// Where the wait is in the kernel's source.
         location: Location,
     },
-    /// Device code panicked (bounds check, `unwrap`, `panic!`).
+    /// Device code panicked (bounds check, `unwrap`, `assert!`, `panic!`). The panicking thread ended (PTX
+    /// `exit`, not `trap`), the team's other waits ended early ([`DeviceError::Aborted`]), and the team
+    /// stays usable: the next launch runs normally. Reset the signal pads the launch used
+    /// ([`SignalPadBuffer::reset`](crate::SignalPadBuffer::reset)) before using them again.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the kernel panicked at {location}; fix the failing check \
-         there (the emulator runs the same body on the host with a backtrace)"
+        "rank {rank} block {block:?} thread {thread:?}: the kernel panicked at {location}{}; fix the failing check \
+         there (the emulator runs the same body on the host with the full message); the team stays usable, reset \
+         the launch's signal pads (SignalPadBuffer::reset) before reusing them",
+        with_message(.message)
     )]
     KernelPanic {
         /// The rank.
@@ -174,6 +179,39 @@ pub enum DeviceError {
         /// Thread index in the block.
         thread: [u32; 3],
         /// Where it panicked.
+        location: Location,
+        /// The panic's message: on the emulator the whole message (its head, up to the record's
+        /// `ERROR_MESSAGE_BYTES`); on a GPU a message without format arguments (`assert!(x, "literal")`),
+        /// else the device library's `FORMATTED_MESSAGE` placeholder.
+        message: String,
+    },
+    /// A wait that ended early, without its signal, because a thread of the team panicked: the panic raised
+    /// the team's abort word, and every wait that saw it recorded this and ended its thread instead of
+    /// waiting out the timeout. The cause is the [`DeviceError::KernelPanic`] of rank `origin` (in a team
+    /// that spans processes, reported by that rank's process).
+    #[error(
+        "rank {rank} block {block:?} thread {thread:?}: the wait at {location} on {signal} (for {cmp} {expected}, \
+         last {observed}) ended early because {}; that panic is the error to fix",
+        aborted_by(.origin)
+    )]
+    Aborted {
+        /// The waiting rank.
+        rank: usize,
+        /// Its block index.
+        block: [u32; 3],
+        /// Its thread index in the block.
+        thread: [u32; 3],
+        /// The signal (or LL packet) it waited on.
+        signal: SignalRef,
+        /// The value waited for.
+        expected: u64,
+        /// The last value read.
+        observed: u64,
+        /// The comparison.
+        cmp: Cmp,
+        /// The rank whose panic raised the abort, when the record says.
+        origin: Option<usize>,
+        /// Where the wait is in the kernel's source.
         location: Location,
     },
     /// Emulator checker: a thread read bytes that a put (or a weak write) of another thread wrote, or writes
@@ -288,6 +326,17 @@ pub enum DeviceError {
     },
 }
 
+fn with_message(message: &str) -> String {
+    if message.is_empty() { String::new() } else { format!(": {message}") }
+}
+
+fn aborted_by(origin: &Option<usize>) -> String {
+    match origin {
+        Some(r) => format!("rank {r} panicked during this launch (or an earlier one whose errors were not read yet)"),
+        None => "a rank of the team panicked".to_owned(),
+    }
+}
+
 fn when_changed(quieted: &bool) -> &'static str {
     if *quieted { "before the put's quiet()" } else { "and the put was never quieted" }
 }
@@ -310,6 +359,7 @@ impl DeviceError {
         match self {
             DeviceError::Timeout { rank, .. }
             | DeviceError::KernelPanic { rank, .. }
+            | DeviceError::Aborted { rank, .. }
             | DeviceError::Race { rank, .. }
             | DeviceError::SourceOverwritten { rank, .. }
             | DeviceError::UnraisedSignal { rank, .. }
@@ -330,25 +380,111 @@ impl DeviceError {
     }
 }
 
-/// All device error records of one synchronisation, ordered by rank. Never empty.
+impl DeviceError {
+    /// What kind of error it is, in words ("panic", "aborted wait", "timeout", ...): the summary counts by it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            DeviceError::Timeout { .. } => "timeout",
+            DeviceError::KernelPanic { .. } => "panic",
+            DeviceError::Aborted { .. } => "aborted wait",
+            DeviceError::Race { .. } => "race",
+            DeviceError::SourceOverwritten { .. } => "overwritten source",
+            DeviceError::UnraisedSignal { .. } => "unraised signal",
+            DeviceError::BarrierMismatch { .. } => "barrier mismatch",
+            DeviceError::Unknown { .. } => "unknown",
+        }
+    }
+
+    /// Which records a report shows first: the causes (panics), then the other errors, then the waits a
+    /// panic aborted (consequences).
+    fn precedence(&self) -> u8 {
+        match self {
+            DeviceError::KernelPanic { .. } => 0,
+            DeviceError::Aborted { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// One short line: who, what, where (the summary's form of the further errors).
+    fn brief(&self) -> String {
+        let who = |rank: &usize, block: &[u32; 3], thread: &[u32; 3]| {
+            format!("rank {rank} block {block:?} thread {thread:?}")
+        };
+        match self {
+            DeviceError::KernelPanic { rank, block, thread, location, message } => {
+                format!("{}: panicked at {location}{}", who(rank, block, thread), with_message(message))
+            }
+            DeviceError::Timeout { rank, block, thread, location, signal, .. }
+            | DeviceError::UnraisedSignal { rank, block, thread, location, signal, .. } => {
+                format!("{}: {} at {location} on {signal}", who(rank, block, thread), self.kind_name())
+            }
+            DeviceError::Aborted { rank, block, thread, location, .. }
+            | DeviceError::Race { rank, block, thread, location, .. }
+            | DeviceError::SourceOverwritten { rank, block, thread, location, .. } => {
+                format!("{}: {} at {location}", who(rank, block, thread), self.kind_name())
+            }
+            other => format!("rank {}: {}", other.rank(), other.kind_name()),
+        }
+    }
+}
+
+/// How many errors of one kind one rank raised in a synchronisation (records read back or not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorCount {
+    /// The rank.
+    pub rank: usize,
+    /// The kind, as [`DeviceError::kind_name`] says it.
+    pub kind: &'static str,
+    /// How many.
+    pub count: u64,
+}
+
+/// Records shown in full or in brief by the message of a [`DeviceErrors`]; the rest are counted.
+const SHOWN: usize = 3;
+
+/// All device error records of one synchronisation: the causes first (panics), then other errors, then the
+/// waits a panic aborted; by rank within each. Never empty.
+///
+/// Each rank keeps its first `ERROR_CAPACITY` records; [`counts`](DeviceErrors::counts) has every error
+/// the device raised, by rank and kind, so a launch in which a thousand threads fail reads as a few
+/// records and a count per rank, not a thousand lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceErrors {
     errors: Vec<DeviceError>,
     lost: u64,
+    counts: Vec<ErrorCount>,
 }
 
 impl DeviceErrors {
-    /// Wraps the records of a synchronisation; `None` when there are none.
-    pub(crate) fn new(errors: Vec<DeviceError>, lost: u64) -> Option<DeviceErrors> {
-        (!errors.is_empty()).then_some(DeviceErrors { errors, lost })
+    /// Wraps the records of a synchronisation (`None` when there are none), with the device's counts per
+    /// rank and kind (`counts`; a kind a rank has records of but no count for is counted from its records).
+    pub(crate) fn with_counts(
+        mut errors: Vec<DeviceError>,
+        lost: u64,
+        mut counts: Vec<ErrorCount>,
+    ) -> Option<DeviceErrors> {
+        if errors.is_empty() {
+            return None;
+        }
+        errors.sort_by_key(|e| (e.precedence(), e.rank()));
+        for e in &errors {
+            let (rank, kind) = (e.rank(), e.kind_name());
+            let seen = errors.iter().filter(|o| o.rank() == rank && o.kind_name() == kind).count() as u64;
+            match counts.iter_mut().find(|c| c.rank == rank && c.kind == kind) {
+                Some(c) => c.count = c.count.max(seen),
+                None => counts.push(ErrorCount { rank, kind, count: seen }),
+            }
+        }
+        counts.sort_by_key(|c| (c.rank, c.kind));
+        Some(DeviceErrors { errors, lost, counts })
     }
 
-    /// The records read back (each rank keeps its first few).
+    /// The records read back (each rank keeps its first few), causes first.
     pub fn errors(&self) -> &[DeviceError] {
         &self.errors
     }
 
-    /// The first record: the one the message shows.
+    /// The first record: the one the message shows (a panic, when there was one).
     pub fn first(&self) -> &DeviceError {
         &self.errors[0]
     }
@@ -357,17 +493,39 @@ impl DeviceErrors {
     pub fn lost(&self) -> u64 {
         self.lost
     }
+
+    /// Every error raised, counted by rank and kind, in rank order.
+    pub fn counts(&self) -> &[ErrorCount] {
+        &self.counts
+    }
+
+    /// How many errors were raised in all (records read back and lost).
+    pub fn total(&self) -> u64 {
+        (self.errors.len() as u64 + self.lost).max(self.counts.iter().map(|c| c.count).sum())
+    }
 }
 
 impl fmt::Display for DeviceErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.first())?;
-        let more = self.errors.len() as u64 - 1 + self.lost;
-        if more > 0 {
-            let mut ranks: Vec<usize> = self.errors.iter().map(DeviceError::rank).collect();
-            ranks.dedup();
-            write!(f, " (and {more} more device error(s); ranks with errors: {ranks:?})")?;
+        let more = self.total() - 1;
+        if more == 0 {
+            return Ok(());
         }
-        Ok(())
+        let mut ranks: Vec<usize> = self.errors.iter().map(DeviceError::rank).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let by_rank = self
+            .counts
+            .iter()
+            .map(|c| format!("rank {}: {} {}{}", c.rank, c.count, c.kind, if c.count == 1 { "" } else { "s" }))
+            .collect::<Vec<_>>()
+            .join(", ");
+        write!(f, " (and {more} more device error(s); ranks with errors: {ranks:?}; by rank and kind: {by_rank}")?;
+        let next: Vec<String> = self.errors.iter().skip(1).take(SHOWN - 1).map(DeviceError::brief).collect();
+        if !next.is_empty() {
+            write!(f, "; next: {}", next.join("; "))?;
+        }
+        write!(f, ")")
     }
 }

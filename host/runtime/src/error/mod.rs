@@ -6,7 +6,7 @@
 
 mod device;
 
-pub use device::{BufferRef, Cmp, DeviceError, DeviceErrors, GpuThread, Location, SignalRef};
+pub use device::{BufferRef, Cmp, DeviceError, DeviceErrors, ErrorCount, GpuThread, Location, SignalRef};
 
 use std::time::Duration;
 
@@ -169,14 +169,17 @@ pub enum Error {
     },
     /// A buffer allocated by another team.
     #[error(
-        "the buffer belongs to team #{buffer_team}, not to the launching team #{team}; its peer table is that \
-         team's: allocate it with the team that launches the kernel"
+        "the buffer{} belongs to team #{buffer_team}, not to the launching team #{team}; its peer table is that \
+         team's: allocate it with the team that launches the kernel",
+        for_argument(.argument)
     )]
     ForeignBuffer {
         /// The team that allocated the buffer.
         buffer_team: u64,
         /// The launching team.
         team: u64,
+        /// The kernel parameter it was passed as, when the launcher says (`#[kernel]` launchers do).
+        argument: Option<&'static str>,
     },
     /// A length relation between arguments does not hold.
     #[error("length check `{relation}` failed ({left} vs {right}); pass buffers whose lengths satisfy it")]
@@ -349,7 +352,23 @@ fn on_device(device: &Option<Device>) -> String {
     device.map(|d| format!(" on {d}")).unwrap_or_default()
 }
 
+fn for_argument(argument: &Option<&'static str>) -> String {
+    argument.map(|a| format!(" passed as argument `{a}`")).unwrap_or_default()
+}
+
 impl Error {
+    /// This error, naming kernel parameter `argument` as the buffer it is about, where it is about one
+    /// (a [`Error::ForeignBuffer`] without a name gets this one). `#[kernel]` launchers call it on what
+    /// lowering each argument returns.
+    pub fn in_argument(self, argument: &'static str) -> Error {
+        match self {
+            Error::ForeignBuffer { buffer_team, team, argument: None } => {
+                Error::ForeignBuffer { buffer_team, team, argument: Some(argument) }
+            }
+            other => other,
+        }
+    }
+
     /// The device error records, when this is [`Error::Device`].
     pub fn device_errors(&self) -> &[DeviceError] {
         match self {
@@ -364,9 +383,20 @@ impl Error {
         matches!(self.device_errors().first(), Some(DeviceError::Timeout { .. } | DeviceError::UnraisedSignal { .. }))
     }
 
-    /// Whether this is a device panic.
+    /// Whether this is a device panic (the first record is a [`DeviceError::KernelPanic`]; records are
+    /// ordered causes first, so a panic comes before the waits it aborted).
     pub fn is_kernel_panic(&self) -> bool {
         matches!(self.device_errors().first(), Some(DeviceError::KernelPanic { .. }))
+    }
+
+    /// Whether a wait of this process ended because a rank of the team panicked: the cause, or only its
+    /// consequence here (in a team that spans processes, the panicking rank's process reports the panic).
+    pub fn is_aborted(&self) -> bool {
+        let errors = match self {
+            Error::PeersExited { errors, .. } => errors.errors(),
+            other => other.device_errors(),
+        };
+        errors.iter().any(|e| matches!(e, DeviceError::KernelPanic { .. } | DeviceError::Aborted { .. }))
     }
 }
 

@@ -48,7 +48,20 @@ impl TeamShared {
                     DeviceError::UnraisedSignal { rank, block, thread, signal, expected, observed, cmp, location }
                 }
             }
-            Some(ErrorKind::Panic) => DeviceError::KernelPanic { rank, block, thread, location },
+            Some(ErrorKind::Panic) => {
+                DeviceError::KernelPanic { rank, block, thread, location, message: r.message().to_owned() }
+            }
+            Some(ErrorKind::Aborted) => DeviceError::Aborted {
+                rank,
+                block,
+                thread,
+                signal: self.name_signal(r.signal),
+                expected: r.expected,
+                observed: r.observed,
+                cmp: Cmp::from_u32(r.cmp),
+                origin: r.origin.checked_sub(1).map(|o| o as usize).filter(|&o| o < self.world),
+                location,
+            },
             Some(ErrorKind::Race) => {
                 let w = ThreadRef::unpack(r.expected, r.observed);
                 DeviceError::Race {

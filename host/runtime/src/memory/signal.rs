@@ -13,6 +13,16 @@ use crate::team::{PadEntry, RankRef, Team, TeamShared};
 /// Symmetric signals: `signals` monotonic `u64` counters on every rank, and the epoch slots the device
 /// library keeps after them so a pad is reused across launches and graph replays without a reset.
 ///
+/// # After a timeout or a panic
+///
+/// A launch that ended with device errors — a wait that timed out, a panic, the waits a panic aborted —
+/// leaves the pads it used part-way: some senders raised their signals and others did not, and the blocks
+/// whose threads ended early never advanced the pad's epoch, so the epoch slots of blocks and ranks
+/// disagree. The next launch on such a pad would wait for counts that can never add up (or pass a barrier
+/// early). The team itself stays usable (new launches, new buffers); the pad needs
+/// [`reset`](SignalPadBuffer::reset) first, on every rank, before any rank launches on it again. Pads the
+/// failed launch did not use are untouched.
+///
 /// ```
 /// # use ferrocomm::{SignalPadBuffer, Team};
 /// # fn main() -> Result<(), ferrocomm::Error> {
@@ -78,10 +88,18 @@ impl SignalPadBuffer {
         Ok(self.mem.to_host(rank)?.split_off(self.signals))
     }
 
-    /// Zeroes every signal and epoch on every rank. Never needed between launches (signals are monotonic);
-    /// useful to start over after an error.
+    /// Zeroes every signal and epoch on every rank (of this process): the pad is as new, and the next launch
+    /// using it is its epoch 1. Never needed between launches that succeeded (signals are monotonic); needed
+    /// after a launch that used the pad ended with a timeout or a panic (see the type's docs). Waits for
+    /// the team's kernels first. In a team that spans processes every rank must call it, and it returns
+    /// once every rank has zeroed its copy (so no rank's next launch raises a peer's signal before that
+    /// peer zeroed it).
     pub fn reset(&mut self) -> Result<(), Error> {
-        self.mem.fill(0)
+        self.mem.fill(0)?;
+        match &self.team.group {
+            Some(group) => group.agree("a signal pad reset", &format!("reset of signal pad `{}`", self.name)),
+            None => Ok(()),
+        }
     }
 
     /// The kernel ABI as rank `rank` sees it: `len` counts the signals and the epoch slots.

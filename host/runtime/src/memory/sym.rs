@@ -284,7 +284,7 @@ pub(crate) fn check_owner(owner: &TeamShared, rank: &RankRef<'_>) -> Result<(), 
     if buffer != rank.device() {
         return Err(Error::WrongDevice { rank: rank.rank(), buffer, team: rank.device() });
     }
-    Err(Error::ForeignBuffer { buffer_team: owner.id, team: rank.team_id() })
+    Err(Error::ForeignBuffer { buffer_team: owner.id, team: rank.team_id(), argument: None })
 }
 
 pub(crate) fn as_bytes<T: DeviceCopy>(data: &[T]) -> &[u8] {

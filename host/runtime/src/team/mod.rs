@@ -78,6 +78,15 @@ impl fmt::Display for Device {
 /// assert_eq!(buf.to_host(team.world() - 1)?[0], 1.0);
 /// # Ok(()) }
 /// ```
+///
+/// # When a kernel fails
+///
+/// A wait that times out, or a panic in device code, ends its thread and comes back from the launch
+/// guard's `wait` as [`Error::Device`] (a panic first, as `KernelPanic` with its location and message;
+/// the waits it ended early as `Aborted`). The team stays usable: the next launch, new buffers and reads
+/// all work. The [`SignalPadBuffer`](crate::SignalPadBuffer)s that launch used are left part-way (see
+/// its docs): [`reset`](crate::SignalPadBuffer::reset) them before their next launch. Only a kernel that
+/// never finishes ([`Error::HostTimeout`]) makes the team unusable.
 #[derive(Debug)]
 pub struct Team {
     pub(crate) shared: Arc<TeamShared>,

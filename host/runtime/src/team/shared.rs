@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
+use ferrocomm_device::abi::{ERROR_KIND_SLOTS, ErrorBuffer, ErrorKind, LaunchCtx};
 
 use super::{Backend, Device};
-use crate::error::{DeviceError, DeviceErrors, Error};
+use crate::error::{DeviceError, DeviceErrors, Error, ErrorCount};
 use crate::exec::Exec;
 use crate::memory::Allocation;
 use crate::process::{ProcessGroup, symmetric};
@@ -29,6 +29,19 @@ pub(crate) struct ErrorSlot {
 unsafe impl Send for ErrorSlot {}
 // SAFETY: as above.
 unsafe impl Sync for ErrorSlot {}
+
+/// The team's abort words: one `u32` per rank in a symmetric allocation (a panic raises every rank's, and
+/// waits end when they see their own), and each local rank's table of every rank's word.
+#[derive(Debug)]
+pub(crate) struct AbortWords {
+    /// Per rank: its word's part, as this process addresses it.
+    parts: Vec<Part>,
+    /// Per local rank: the address of its table of `world` word addresses.
+    tables: Vec<u64>,
+}
+
+/// Bytes of each rank's abort word allocation (one allocation granule; the word is its first 4 bytes).
+const ABORT_BYTES: usize = crate::memory::ALIGN;
 
 /// A signal pad's ranges, so a timeout's address can be named.
 #[derive(Debug)]
@@ -82,6 +95,8 @@ pub(crate) struct TeamShared {
     pub buffers: Mutex<Vec<BufferEntry>>,
     /// The team's other processes, when it spans several.
     pub group: Option<ProcessGroup>,
+    /// The abort words (`None` only while the team is being built).
+    abort: Option<AbortWords>,
     /// Dropped only when no kernel can still run (see `Drop`).
     pub exec: ManuallyDrop<Box<dyn Exec>>,
 }
@@ -133,6 +148,7 @@ impl TeamShared {
             pads: Mutex::new(Vec::new()),
             buffers: Mutex::new(Vec::new()),
             group,
+            abort: None,
             exec: ManuallyDrop::new(exec),
         };
         for slot in 0..shared.local.len() {
@@ -140,7 +156,56 @@ impl TeamShared {
             let errors = shared.exec.alloc_error_buffer(slot)?;
             shared.error_buffers.push(errors);
         }
+        shared.abort = Some(shared.alloc_abort_words()?);
         Ok(shared)
+    }
+
+    /// Allocates the abort words (every rank's part, and each local rank's table of them) and writes their
+    /// addresses into the local ranks' error buffers, where the device library finds them.
+    fn alloc_abort_words(&self) -> Result<AbortWords, Error> {
+        let parts = self.alloc_symmetric(ABORT_BYTES, "the team's abort words")?;
+        let mut words = AbortWords { parts, tables: Vec::with_capacity(self.local.len()) };
+        let table: Vec<u8> = words.parts.iter().flat_map(|p| p.address().to_ne_bytes()).collect();
+        let table_bytes = crate::memory::allocation_bytes::<u64>(self.world)?;
+        for &rank in &self.local {
+            let made = self.alloc(rank, table_bytes).and_then(|addr| {
+                words.tables.push(addr);
+                self.write(rank, addr, &table)
+            });
+            if let Err(e) = made {
+                self.free_abort_words(&words);
+                return Err(e);
+            }
+        }
+        for (slot, (&rank, errors)) in self.local.iter().zip(&self.error_buffers).enumerate() {
+            // SAFETY: the rank's live error buffer; no kernel of the team has run yet.
+            unsafe {
+                std::ptr::write_volatile(&raw mut (*errors.host).abort_local, words.parts[rank].address());
+                std::ptr::write_volatile(&raw mut (*errors.host).abort_peers, words.tables[slot]);
+            }
+        }
+        Ok(words)
+    }
+
+    fn free_abort_words(&self, words: &AbortWords) {
+        let table_bytes = crate::memory::allocation_bytes::<u64>(self.world).unwrap_or(crate::memory::ALIGN);
+        for (&rank, &addr) in self.local.iter().zip(&words.tables) {
+            self.free(rank, addr, table_bytes);
+        }
+        for (rank, &part) in words.parts.iter().enumerate() {
+            self.release(rank, part, ABORT_BYTES);
+        }
+    }
+
+    /// Lowers this process's ranks' abort words after a launch whose errors were read: the next launch
+    /// starts with the team running. Only local words: another process clears its own when it reads its
+    /// errors (a word cleared from here could hide the abort of that process's next launch).
+    fn clear_abort_words(&self) -> Result<(), Error> {
+        let Some(words) = &self.abort else { return Ok(()) };
+        for &rank in &self.local {
+            self.memset(rank, words.parts[rank].address(), 0, 4)?;
+        }
+        Ok(())
     }
 
     pub fn check_rank(&self, rank: usize) -> Result<(), Error> {
@@ -256,16 +321,22 @@ impl TeamShared {
         self.exec.idle(self.slot(rank)?)
     }
 
-    /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`].
+    /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`]. After
+    /// errors it also lowers the local ranks' abort words (a panic raised them).
     pub fn take_device_errors(&self) -> Result<(), Error> {
         let mut all = Vec::new();
         let mut lost = 0u64;
+        let mut counts = Vec::new();
         for &rank in &self.local {
-            let (records, dropped) = self.take_rank_errors(rank)?;
+            let (records, dropped, rank_counts) = self.take_rank_errors(rank)?;
             all.extend(records);
             lost += dropped;
+            counts.extend(rank_counts);
         }
-        let Some(errors) = DeviceErrors::new(all, lost) else { return Ok(()) };
+        let Some(errors) = DeviceErrors::with_counts(all, lost, counts) else { return Ok(()) };
+        if let Err(e) = self.clear_abort_words() {
+            tracing::error!("lowering the team's abort words after a failed launch: {e}");
+        }
         // A wait that timed out in a team that spans processes may have waited on a rank that is gone.
         if let Some(group) = &self.group {
             let exited = group.exited_ranks();
@@ -276,21 +347,40 @@ impl TeamShared {
         Err(Error::Device(errors))
     }
 
-    fn take_rank_errors(&self, rank: usize) -> Result<(Vec<DeviceError>, u64), Error> {
+    /// Rank `rank`'s records, how many errors it raised beyond them, and its device-counted errors by kind.
+    fn take_rank_errors(&self, rank: usize) -> Result<(Vec<DeviceError>, u64, Vec<ErrorCount>), Error> {
         let host = self.error_buffers[self.slot(rank)?].host;
         // SAFETY: `host` is this rank's live error buffer and no kernel of the team runs (the caller waited),
         // so nothing writes it concurrently; volatile because the device wrote it behind the compiler's back.
         let count = unsafe { std::ptr::read_volatile(&raw const (*host).count) };
         if count == 0 {
-            return Ok((Vec::new(), 0));
+            return Ok((Vec::new(), 0, Vec::new()));
         }
         // SAFETY: as above; `ErrorBuffer` is plain integers, any bit pattern is valid.
         let buffer: ErrorBuffer = unsafe { std::ptr::read_volatile(host) };
-        // SAFETY: as above; the next launch is issued after this write.
-        unsafe { std::ptr::write_volatile(host, ErrorBuffer::ZEROED) };
+        // SAFETY: as above; the next launch is issued after this write. The abort words' addresses stay.
+        unsafe { std::ptr::write_volatile(host, buffer.cleared()) };
         let records: Vec<DeviceError> = buffer.written_records().map(|r| self.decode(rank, r)).collect();
         let lost = u64::from(buffer.count) - records.len() as u64;
-        Ok((records, lost))
+        // The emulator's checker relabels a timeout on a signal nobody raised: count it once, as that.
+        let unraised = records.iter().filter(|r| matches!(r, DeviceError::UnraisedSignal { .. })).count() as u64;
+        let counts = (0..ERROR_KIND_SLOTS)
+            .filter_map(|k| {
+                let kind = ErrorKind::from_u32(k as u32)?;
+                let mut n = u64::from(buffer.kinds[k]);
+                if kind == ErrorKind::Timeout {
+                    n = n.saturating_sub(unraised);
+                }
+                let name = match kind {
+                    ErrorKind::Timeout => "timeout",
+                    ErrorKind::Panic => "panic",
+                    ErrorKind::Aborted => "aborted wait",
+                    _ => return None,
+                };
+                (n > 0).then_some(ErrorCount { rank, kind: name, count: n })
+            })
+            .collect();
+        Ok((records, lost, counts))
     }
 
     /// A zeroed allocation of `bytes` (a multiple of 256, at least 256) on `rank`, which runs here.
@@ -372,6 +462,9 @@ impl Drop for TeamShared {
         if self.is_poisoned() {
             // A kernel may still run: leak its memory, modules, streams and emulator threads.
             return;
+        }
+        if let Some(words) = self.abort.take() {
+            self.free_abort_words(&words);
         }
         for slot in &self.error_buffers {
             // SAFETY: allocated by the backend's `alloc_error_buffer`, freed once; no kernel runs.

@@ -5,7 +5,7 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::thread;
 
@@ -48,7 +48,13 @@ pub(crate) struct Launch {
     blocks: Vec<Arc<Block>>,
     /// The team launch this rank's grid is part of.
     session: Arc<Session>,
+    /// Threads of this grid that panicked (the first [`PRINTED_PANICS`] are said on stderr).
+    panics: AtomicU32,
 }
+
+/// Panics of one rank's grid said on stderr; the rest are counted in one line when the grid ends (the error
+/// records, and the host's error, summarise them all).
+const PRINTED_PANICS: u32 = 8;
 
 impl Launch {
     /// The checker watching the launch, if any.
@@ -94,10 +100,12 @@ fn install_panic_hook() {
             let (file, line, column) =
                 info.location().map(|l| (l.file().to_owned(), l.line(), l.column())).unwrap_or_default();
             let message = payload_message(info.payload());
-            eprintln!(
+            if t.launch.panics.fetch_add(1, Ordering::Relaxed) < PRINTED_PANICS {
+                eprintln!(
                 "emulated kernel panicked (rank {} block {:?} thread {:?}) at {file}:{line}:{column}: {message}",
                 t.launch.ctx.rank, t.block_idx, t.thread_idx
-            );
+                );
+            }
             LAST_PANIC.with(|p| *p.borrow_mut() = Some(PanicSite { file, line, column, message }));
         }));
     });
@@ -136,7 +144,7 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
             column: 0,
             message: payload_message(payload.as_ref()),
         });
-        error::record_panic(&site.file, site.line, site.column);
+        error::record_panic(&site.file, site.line, site.column, &site.message);
         state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
     }
     check::thread_ended(&state, !state.launch.is_trapped());
@@ -193,6 +201,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
         trap: Mutex::new(None),
         blocks: (0..blocks).map(|_| Arc::new(Block::new(block_threads, dynamic_shared_bytes))).collect(),
         session: Arc::clone(session),
+        panics: AtomicU32::new(0),
     });
     let mut spawn_error = None;
     thread::scope(|scope| {
@@ -244,6 +253,10 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
         }
     });
     finish.trapped = launch.is_trapped();
+    let panics = launch.panics.load(Ordering::Relaxed);
+    if panics > PRINTED_PANICS {
+        eprintln!("emulated kernel: {} more panic(s) on rank {} not printed", panics - PRINTED_PANICS, ctx.rank);
+    }
     if let Some(err) = spawn_error {
         return Err(err);
     }

@@ -111,7 +111,13 @@ pub(crate) struct Checker {
     races: Mutex<HashSet<(u32, u32)>>,
     /// Each rank's own copies of its symmetric buffers: `(start, end, rank)`.
     own_copies: Mutex<Vec<(usize, usize, u32)>>,
+    /// Findings recorded so far in this launch (the first [`PRINTED_FINDINGS`] are printed).
+    recorded: AtomicUsize,
 }
+
+/// Findings of one team launch said on stderr; the rest are counted in one line when the launch ends (the
+/// records, and the host's error, hold them all).
+const PRINTED_FINDINGS: usize = 8;
 
 /// What the checker keeps per emulated thread.
 #[derive(Debug)]
@@ -160,6 +166,7 @@ impl Checker {
             timeouts: Mutex::new(Vec::new()),
             races: Mutex::new(HashSet::new()),
             own_copies: Mutex::new(Vec::new()),
+            recorded: AtomicUsize::new(0),
         }
     }
 
@@ -200,7 +207,7 @@ impl Checker {
     /// Writes `f` into its rank's error buffer and, when it had room, says so on stderr with what the record
     /// cannot hold (the other party's source location).
     fn report(&self, f: &Finding, detail: &str) {
-        if !f.write(self.errors_of(f.who.rank)) {
+        if !f.write(self.errors_of(f.who.rank)) || self.recorded.fetch_add(1, Ordering::Relaxed) >= PRINTED_FINDINGS {
             return;
         }
         let at = f.loc.map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column())).unwrap_or_default();
@@ -281,6 +288,10 @@ impl Checker {
                 f.signal, f.observed, f.expected
             );
             self.report(&f, &detail);
+        }
+        let recorded = self.recorded.load(Ordering::Relaxed);
+        if recorded > PRINTED_FINDINGS {
+            eprintln!("emulator checker: {} more finding(s) of this launch not printed", recorded - PRINTED_FINDINGS);
         }
     }
 }

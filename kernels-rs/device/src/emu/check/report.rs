@@ -83,6 +83,7 @@ impl Finding {
             column,
             file_len: tail.len() as u32,
             file: name,
+            ..ErrorRecord::EMPTY
         }
     }
 
@@ -127,7 +128,8 @@ pub(crate) unsafe fn mark_unraised(errors: *mut ErrorBuffer, signal: u64) {
     }
 }
 
-/// Whether a rank's buffer holds a timeout or a panic (its launch did not run to the end everywhere).
+/// Whether a rank's buffer holds a timeout, a panic or an aborted wait (its launch did not run to the end
+/// everywhere).
 ///
 /// # Safety
 ///
@@ -142,7 +144,10 @@ pub(crate) unsafe fn has_failure(errors: *mut ErrorBuffer) -> bool {
     buf.count as usize > ERROR_CAPACITY
         || (0..n).any(|i| {
             buf.written[i] != 0
-                && matches!(ErrorKind::from_u32(buf.records[i].kind), Some(ErrorKind::Timeout | ErrorKind::Panic))
+                && matches!(
+                    ErrorKind::from_u32(buf.records[i].kind),
+                    Some(ErrorKind::Timeout | ErrorKind::Panic | ErrorKind::Aborted)
+                )
         })
 }
 
