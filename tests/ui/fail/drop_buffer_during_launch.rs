@@ -1,4 +1,4 @@
-// A buffer a running launch uses cannot be freed before its guard is gone.
+// Proves that a buffer a running launch uses cannot be freed before its guard is gone.
 use ferrocomm::{Error, KernelModule, LaunchConfig, SymBuffer, Team};
 use ferrocomm_device::kernel;
 

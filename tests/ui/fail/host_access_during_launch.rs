@@ -1,5 +1,5 @@
-// While the launch guard lives, the host can neither read nor write a buffer the kernel writes, nor write
-// one it reads.
+// Proves that while the launch guard lives, the host can neither read nor write a buffer the kernel
+// writes, nor write one it reads.
 use ferrocomm::{Error, KernelModule, LaunchConfig, SymBuffer, Team};
 use ferrocomm_device::kernel;
 

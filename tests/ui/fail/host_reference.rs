@@ -1,4 +1,4 @@
-// A kernel may only borrow device buffers (`&[T]`, `&mut [T]`): `&String`, `&Vec<T>`, `&T` are host data.
+// Proves that a kernel may only borrow device buffers (`&[T]`, `&mut [T]`): `&String`, `&Vec<T>`, `&T` are host data.
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 

@@ -1,4 +1,4 @@
-// The launcher's parameters mirror the kernel's: a wrong count or a wrong type does not compile.
+// Proves that the launcher's parameters mirror the kernel's: a wrong count or a wrong type does not compile.
 use ferrocomm::{Error, KernelModule, LaunchConfig, SymBuffer, Team};
 use ferrocomm_device::kernel;
 

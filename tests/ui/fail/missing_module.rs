@@ -1,4 +1,4 @@
-// A kernel's `KERNEL` static names the crate's PTX module, `crate::__FERROCOMM_MODULE`, which
+// Proves that a kernel's `KERNEL` static names the crate's PTX module, `crate::__FERROCOMM_MODULE`, which
 // `ferrocomm::kernel_module!()` defines at the root of a kernels crate; without it the error points at the
 // kernel. (`#[kernel(module = path)]` names another static.)
 use ferrocomm_device::kernel;

@@ -1,5 +1,5 @@
-// Each GPU thread gets a bitwise copy of the launch arguments: a by-value argument must be `Copy`, even
-// when it is otherwise a valid kernel parameter.
+// Proves that a by-value argument must be `Copy`, even when it is otherwise a valid kernel parameter: each
+// GPU thread gets a bitwise copy of the launch arguments.
 #![allow(unused_variables)]
 use ferrocomm::{Error, LaunchParam, RankRef};
 use ferrocomm_device::{DeviceParam, kernel};

@@ -1,4 +1,5 @@
-// Every GPU thread runs the body and the launch is asynchronous: results go into a `&mut [T]`.
+// Proves that a kernel cannot return a value: every GPU thread runs the body and the launch is
+// asynchronous, so results go into a `&mut [T]`.
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 

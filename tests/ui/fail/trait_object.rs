@@ -1,4 +1,4 @@
-// The device cannot call through a host vtable.
+// Proves that trait objects are rejected: the device cannot call through a host vtable.
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 

@@ -1,14 +1,15 @@
-// The attribute's options: unknown names, and `len(...)` of what is not a buffer argument.
+// Proves that the attribute accepts only the options it knows, each once: a misspelt option and one given
+// twice are errors at the option.
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 
 #[kernel(nowait)]
 pub fn typo(x: u32) {}
 
-#[kernel(len(dst) == len(n))]
-pub fn not_a_buffer(dst: &mut [u32], n: u32) {}
+#[kernel(no_wait, no_wait)]
+pub fn twice(x: u32) {}
 
-#[kernel(len(dst) == len(source))]
-pub fn no_such_argument(dst: &mut [u32], src: &[u32]) {}
+#[kernel("no_wait")]
+pub fn not_an_option(x: u32) {}
 
 fn main() {}

@@ -1,9 +1,14 @@
-// What a PTX entry cannot be: generic, async, const, a method, with patterns or named lifetimes.
+// Proves that what a PTX entry cannot be is rejected at the offending tokens: async, const, extern, a
+// method, with patterns, named lifetimes or raw pointers, generic over a lifetime or a const. (Generic over
+// types is fine with an instance list: `generic_kernel_needs_instances.rs`.)
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 
 #[kernel]
-pub fn generic<T: Copy>(x: T) {}
+pub fn over_a_lifetime<'a>(x: &'a [u32]) {}
+
+#[kernel]
+pub fn over_a_const<const N: usize>(x: [u32; N]) {}
 
 #[kernel]
 pub async fn later(x: u32) {}

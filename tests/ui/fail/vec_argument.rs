@@ -1,4 +1,4 @@
-// Host heap types, wherever they appear in an argument's type.
+// Proves that host heap types are rejected wherever they appear in an argument's type.
 #![allow(unused_variables)]
 use ferrocomm_device::kernel;
 
