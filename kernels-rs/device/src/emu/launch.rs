@@ -147,6 +147,8 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
         error::record_panic(&site.file, site.line, site.column, &site.message);
         state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
     }
+    // The thread's last stores reach memory as it ends, however it ended (on a GPU they would too).
+    weak::drain_all(&state);
     check::thread_ended(&state, !state.launch.is_trapped());
     emu_thread::set_current(None);
     state.block.thread_exited(state.linear_tid);
@@ -155,8 +157,6 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
 
 pub(crate) fn check_dims(grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Result<(u32, u32), EmuError> {
     if grid.contains(&0) || block.contains(&0) {
-    // The thread's last stores reach memory as it ends, however it ended (on a GPU they would too).
-    weak::drain_all(&state);
         return Err(EmuError::EmptyDimension { grid, block });
     }
     let block_threads = block.iter().map(|&d| u64::from(d)).product::<u64>();
@@ -211,6 +211,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                 let launch_ref = launch.clone();
                 let spawned = thread::Builder::new().stack_size(STACK_BYTES).spawn_scoped(scope, move || {
                     let (b, t) = state;
+                    let session_weak = launch_ref.session.weak;
                     let check = launch_ref
                         .checker()
                         .map(|c| RefCell::new(c.thread(c.geometry().gid(launch_ref.ctx.rank, b, t))));
@@ -220,10 +221,10 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         block_dim: block,
                         grid_dim: grid,
                         linear_tid: t,
-                    let session_weak = launch_ref.session.weak;
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
                         pauses: Pauses::new(launch_ref.session.seed, launch_ref.ctx.rank, b, t),
+                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, launch_ref.ctx.rank, b, t),
                         launch: launch_ref,
                         check,
                     });
@@ -233,7 +234,6 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                 if let Err(e) = spawned {
                     // The threads already running must not wait for the ones that never start.
                     spawn_error = Some(EmuError::Spawn { threads: blocks * block_threads, source: e });
-                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, launch_ref.ctx.rank, b, t),
                     launch.trap(None);
                     for (bb, blk) in launch.blocks.iter().enumerate() {
                         let first = if bb as u32 == b {

@@ -323,6 +323,21 @@ where
 {
     let Some(t) = thread::try_current() else { return f() };
     t.pauses.at_point();
+    let width = std::mem::size_of::<T>();
+    match op {
+        AtomicOp::Load(_) => {
+            if let Some(v) = weak::forward(&t, addr, width).and_then(|v| T::try_from(v).ok()) {
+                // The thread reads its own store, not yet visible to others: nothing to synchronise with.
+                return v;
+            }
+        }
+        AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => weak::drain_all(&t),
+        AtomicOp::Store(_) => weak::at_point(&t),
+        AtomicOp::Rmw(_) | AtomicOp::Cas { .. } => {
+            weak::before_rmw(&t, addr, width);
+            weak::at_point(&t);
+        }
+    }
     let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
     let mut tc = cell.borrow_mut();
     let var = checker.syncvar(&mut tc, addr);
@@ -343,21 +358,6 @@ pub(crate) fn atomic_store(addr: usize, width: usize, value: u64, o: Ordering, s
             Some(true) => return,
             Some(false) => {}
             None => return f(),
-    let width = std::mem::size_of::<T>();
-    match op {
-        AtomicOp::Load(_) => {
-            if let Some(v) = weak::forward(&t, addr, width).and_then(|v| T::try_from(v).ok()) {
-                // The thread reads its own store, not yet visible to others: nothing to synchronise with.
-                return v;
-            }
-        }
-        AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => weak::drain_all(&t),
-        AtomicOp::Store(_) => weak::at_point(&t),
-        AtomicOp::Rmw(_) | AtomicOp::Cas { .. } => {
-            weak::before_rmw(&t, addr, width);
-            weak::at_point(&t);
-        }
-    }
         }
         // Unbuffered: as any other store (its pause is taken).
         let Some(t) = thread::try_current() else { return f() };
@@ -439,17 +439,6 @@ pub(crate) fn copy(
     (lane, lanes): (usize, usize),
     loc: &'static Location<'static>,
 ) {
-    with(|checker, _, tc| {
-        let mut out = Vec::new();
-        let (start, len) = if lane == 0 {
-            (0, bytes)
-        } else {
-            let at = (bytes / lanes.max(1)).saturating_mul(lane).min(bytes);
-            (at, (bytes - at).min(16))
-        };
-        for &(addr, kind) in accesses {
-            let lo = addr.saturating_add(start);
-            checker.shadow.access(lo, lo.saturating_add(len), &tc.clock, loc, kind, lane == 0, &mut out);
     // The store buffer buffers the copy's stores when it writes a destination in global memory (a put);
     // a get's destination is the thread's own and is read with plain loads, so its stores are not.
     match accesses.iter().find(|(_, kind)| *kind == Access::Write) {
@@ -461,6 +450,17 @@ pub(crate) fn copy(
 
 /// The checker's part of [`copy`].
 fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usize), loc: &'static Location<'static>) {
+    with(|checker, _, tc| {
+        let mut out = Vec::new();
+        let (start, len) = if lane == 0 {
+            (0, bytes)
+        } else {
+            let at = (bytes / lanes.max(1)).saturating_mul(lane).min(bytes);
+            (at, (bytes - at).min(16))
+        };
+        for &(addr, kind) in accesses {
+            let lo = addr.saturating_add(start);
+            checker.shadow.access(lo, lo.saturating_add(len), &tc.clock, loc, kind, lane == 0, &mut out);
         }
         for c in &out {
             checker.report_race(c);
@@ -471,6 +471,7 @@ fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usiz
 /// A weak write of `bytes` bytes at `addr` (`PeerSliceMut::write`): tracked like a put, unless it writes the
 /// writer's own copy (the owner preparing its data is not a put; races inside a rank are not looked for).
 pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'static>) {
+    weak::announce_destination(addr, bytes);
     let own = with(|checker, t, _| {
         let rank = t.launch.ctx.rank;
         lock(&checker.own_copies).iter().any(|&(lo, hi, r)| r == rank && lo <= addr && addr < hi)
@@ -482,7 +483,6 @@ pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'stat
 
 /// `start..start + bytes` is the current rank's own copy of a symmetric buffer (a `SymSliceMut` argument).
 pub(crate) fn own_copy(start: usize, bytes: usize) {
-    weak::announce_destination(addr, bytes);
     with(|checker, t, _| {
         let entry = (start, start + bytes, t.launch.ctx.rank);
         let mut own = lock(&checker.own_copies);
