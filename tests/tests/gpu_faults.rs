@@ -107,8 +107,10 @@ fn a_planted_panic_is_typed_and_the_team_goes_on(team: &Team) {
         let DeviceError::Aborted { rank, signal, expected, origin, location, .. } = d else {
             panic!("every other record is a wait the panic aborted, got {d}")
         };
-        assert_eq!((*rank, *origin, *expected), (1, Some(0), 1), "{d}");
-        assert_eq!(*signal, SignalRef::Pad { name: "planted".into(), owner: 1, index: 0 }, "{d}");
+        // Rank 1's waits can only end this way; a thread of rank 0 may too, when its wait turned to the
+        // back-off path before rank 1 raised its signal and then saw rank 0's own abort.
+        assert_eq!((*origin, *expected), (Some(0), 1), "{d}");
+        assert_eq!(*signal, SignalRef::Pad { name: "planted".into(), owner: *rank, index: 0 }, "{d}");
         assert!(location.file.ends_with("faults.rs"), "{d}");
     }
     // Every thread of rank 1 waited and was aborted: 64 counted, the first few kept as records.
@@ -119,9 +121,11 @@ fn a_planted_panic_is_typed_and_the_team_goes_on(team: &Team) {
     if team.backend() == Backend::Cuda {
         // On a GPU the panicking thread exited and the rest of its block went on: the barrier after the
         // wait opened without thread 0. (The emulator ends the panicking rank's grid at its next barrier.)
+        let aborted0 = counts.iter().find(|c| c.rank == 0 && c.kind == "aborted wait").map_or(0, |c| c.count);
         let rank0 = out.to_host(0).unwrap();
         assert_eq!(rank0[0], 0, "the panicking thread wrote after its panic");
-        assert!(rank0[1..].iter().all(|&v| v == 1), "rank 0's other threads did not pass the barrier: {rank0:?}");
+        let passed = rank0[1..].iter().filter(|&&v| v == 1).count() as u64;
+        assert_eq!(passed, u64::from(THREADS) - 1 - aborted0, "rank 0's threads did not pass the barrier: {rank0:?}");
     }
     // The team is usable: memory can be allocated, a reset pad runs again from epoch 1, results are right.
     let mut fresh = SymBuffer::<u32>::new(team, 100).unwrap();
