@@ -54,22 +54,42 @@ use proc_macro::TokenStream;
 ///
 /// # Options
 ///
-/// - `len(a) == len(b)` (also `<=`, `>=`; several may be given): checked by the launcher on every rank
-///   before anything runs; a violation is `Error::LengthMismatch` naming the relation and both lengths.
-///   `len` applies to `&[T]`, `&mut [T]`, `SymSlice<T>` and `SymSliceMut<T>` arguments.
+/// - `requires(relation, ...)`, or a relation on its own (`len(a) == len(b)`): each relation is one
+///   comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`) of integer expressions made of `len(buffer)` (elements of a
+///   `&[T]`, `&mut [T]`, `SymSlice<T>`, `SymSliceMut<T>` argument; bytes of a byte view), `world()`, integer
+///   arguments and their fields (`plan.len`), integer literals, `+ - * / %` and parentheses. The launcher
+///   evaluates them on every rank, in checked `i128` arithmetic (an overflow or a division by zero fails),
+///   before anything runs; a violation is `Error::Requirement` naming the kernel, the first argument the
+///   relation names, the relation and the value of every term.
+/// - `instances(name<Type, ...>, ...)`: a generic kernel (type parameters only) has one PTX entry per
+///   instance, named `name`, with its type parameters set to the instance's types. Each instance gets
+///   `mod name` (`launch`, `KERNEL`, `emulate`) as a plain kernel does, and `mod <kernel>` holds the sealed
+///   trait `Instance` (implemented for each instance's type, or tuple of types), `kernel::<T>()` and the
+///   generic `launch::<T>(...)`; a type no instance lists does not compile.
+/// - `bytes(argument, ...)`: `u8` buffer arguments (`&[u8]`, `&mut [u8]`, `SymSlice<u8>`, `SymSliceMut<u8>`,
+///   or one of them in `Option`) whose launcher parameter is a `ferrocomm::ByteView` / `ByteViewMut`
+///   (`buf.bytes()`, `buf.bytes_mut()`): a buffer of any element type, as bytes.
 /// - `no_wait`: the kernel never waits on other blocks or ranks. Without it the runtime refuses grids that
 ///   cannot all be resident on the GPU at once (a waiting block would spin on one that never starts).
 /// - `module = path`: the `ferrocomm::KernelModule` static holding this kernel's PTX. Default:
 ///   `crate::__FERROCOMM_MODULE`, which `ferrocomm::kernel_module!()` defines at the crate root.
 /// - `debug`: prints the expansion, formatted, while the crate compiles.
 ///
+/// Optional buffers: an argument of type `Option<&[T]>`, `Option<&mut [T]>`, `Option<SymSlice<T>>` or
+/// `Option<SymSliceMut<T>>` takes `Option<&SymBuffer<T>>` (or `Option<&mut ...>`); `None` travels as a null
+/// address and reaches the kernel as `None`. Only buffers may be optional, and relations cannot take the
+/// length of one.
+///
 /// # Rejected, with an error at the offending tokens
 ///
 /// References to host data (`&String`, `&Vec<T>`, `&T` with `T` not a slice), trait objects, `Vec`,
 /// `String`, `Box` and other host heap types (anywhere in a type), raw and function pointers, return
-/// values, generics and named lifetimes, `impl Trait`, `self`, `async`, `const` and `extern` functions,
-/// argument patterns other than a (possibly `mut`) name. On an error the item is emitted unchanged next to
-/// the `compile_error!`, so the rest of the crate still type-checks.
+/// values, generics over lifetimes or consts, type parameters without `instances` (and instance lists that
+/// do not match them), named lifetimes, `impl Trait`, `self`, `async`, `const` and `extern` functions,
+/// argument patterns other than a (possibly `mut`) name, optional non-buffers, `bytes(...)` of what is not a
+/// `u8` buffer, relations outside the grammar above or naming what is not an argument of the right kind.
+/// On an error the item is emitted unchanged next to the `compile_error!`, so the rest of the crate still
+/// type-checks. Each of these has a compile-fail case in `tests/ui/fail`.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     generate::expand(attr.into(), item.into()).into()

@@ -280,13 +280,9 @@ fn check_params(item: &ItemFn, errors: &mut Errors) -> Vec<Param> {
             None => types::classify(&ident, &pt.ty),
         };
         match kind {
-            Ok(kind) => params.push(Param {
-                ident,
-                ty: (*pt.ty).clone(),
-                kind,
-                optional: inner.is_some(),
-                bytes: false,
-            }),
+            Ok(kind) => {
+                params.push(Param { ident, ty: (*pt.ty).clone(), kind, optional: inner.is_some(), bytes: false })
+            }
             Err(e) => errors.push(e),
         }
     }
@@ -335,7 +331,9 @@ fn check_relations(options: &Options, params: &[Param], errors: &mut Errors) {
                 )),
                 Term::Arg(..) if buffer || p.kind != ParamKind::ByValue => errors.push(syn::Error::new(
                     arg.span(),
-                    format!("`{what}` in `{text}`: `{arg}` is a buffer, not a number; compare its length, `len({arg})`"),
+                    format!(
+                        "`{what}` in `{text}`: `{arg}` is a buffer, not a number; compare its length, `len({arg})`"
+                    ),
                 )),
                 Term::Arg(..) if types::is_signal_pad(&p.ty) => errors.push(syn::Error::new(
                     arg.span(),

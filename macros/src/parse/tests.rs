@@ -268,7 +268,13 @@ fn optional_buffers() {
     let k = ok(
         quote!(),
         quote!(
-            pub fn k(a: Option<&[f32]>, b: Option<&mut [u8]>, c: Option<SymSlice<u32>>, d: core::option::Option<SymSliceMut<u8>>) {}
+            pub fn k(
+                a: Option<&[f32]>,
+                b: Option<&mut [u8]>,
+                c: Option<SymSlice<u32>>,
+                d: core::option::Option<SymSliceMut<u8>>,
+            ) {
+            }
         ),
     );
     let kinds: Vec<_> = k.params.iter().map(|p| (p.kind, p.optional)).collect();

@@ -78,7 +78,15 @@ impl<'t> Communicator<'t> {
                 let vectors = bytes.div_ceil(VECTOR_BYTES);
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.ll_threads, t.max_blocks), t.ll_threads);
                 let slot = self.ll_slot_packets as u64;
-                Ok(all_reduce_ll::all_reduce::launch(self.team, cfg, buf, &mut self.ll, &self.one_shot_pad, op.code(), slot)?)
+                Ok(all_reduce_ll::all_reduce::launch(
+                    self.team,
+                    cfg,
+                    buf,
+                    &mut self.ll,
+                    &self.one_shot_pad,
+                    op.code(),
+                    slot,
+                )?)
             }
             Algorithm::OneShot => {
                 let vectors = bytes.div_ceil(VECTOR_BYTES);
@@ -92,7 +100,15 @@ impl<'t> Communicator<'t> {
                 }
                 let cfg = LaunchConfig::new(t.ll_blocks_for(vectors, t.threads, t.max_blocks), t.threads);
                 let slot = self.stage_slot_vectors as u64;
-                Ok(one_shot::all_reduce::launch(self.team, cfg, buf, &mut self.stage, &self.one_shot_pad, op.code(), slot)?)
+                Ok(one_shot::all_reduce::launch(
+                    self.team,
+                    cfg,
+                    buf,
+                    &mut self.stage,
+                    &self.one_shot_pad,
+                    op.code(),
+                    slot,
+                )?)
             }
             Algorithm::TwoShot => {
                 let world = self.world();
@@ -101,7 +117,15 @@ impl<'t> Communicator<'t> {
                 let plan = self.two_shot_plan(op, true, buf.len(), chunk);
                 let cfg = self.two_shot_config(two_shot::all_reduce::kernel::<T>(), size_of::<T>(), chunk)?;
                 // An all-reduce writes its result into `data`: no separate output.
-                Ok(two_shot::all_reduce::launch(self.team, cfg, buf, None, &mut self.scratch, &self.two_shot_pad, plan)?)
+                Ok(two_shot::all_reduce::launch(
+                    self.team,
+                    cfg,
+                    buf,
+                    None,
+                    &mut self.scratch,
+                    &self.two_shot_pad,
+                    plan,
+                )?)
             }
         }
     }
@@ -125,7 +149,15 @@ impl<'t> Communicator<'t> {
         let chunk = output.len().max(1);
         let plan = self.two_shot_plan(op, false, input.len(), chunk);
         let cfg = self.two_shot_config(two_shot::reduce_scatter::kernel::<T>(), size_of::<T>(), chunk)?;
-        Ok(two_shot::reduce_scatter::launch(self.team, cfg, input, output, &mut self.scratch, &self.two_shot_pad, plan)?)
+        Ok(two_shot::reduce_scatter::launch(
+            self.team,
+            cfg,
+            input,
+            output,
+            &mut self.scratch,
+            &self.two_shot_pad,
+            plan,
+        )?)
     }
 
     fn two_shot_plan(&self, op: Op, gather: bool, len: usize, chunk: usize) -> TwoShotPlan {
@@ -169,7 +201,8 @@ impl<'t> Communicator<'t> {
         }
         let bytes = input.len() * size_of::<T>();
         let plan = self.exchange_plan(exchange_mode::ALL_GATHER, 0, bytes, bytes, 0);
-        let buffers = ExchangeBuffers { src: Some(input.bytes()), send_counts: None, dst: output.bytes_mut(), recv_counts: None };
+        let buffers =
+            ExchangeBuffers { src: Some(input.bytes()), send_counts: None, dst: output.bytes_mut(), recv_counts: None };
         self.launch_exchange(bytes, plan, buffers)
     }
 

@@ -88,7 +88,10 @@ pub enum ExchangeTransport {
 /// Element types the reducing collectives support: `f32`, `f16`, `bf16` — those every reducing kernel has
 /// an instance for, so the collectives launch through the kernels' generic launchers.
 pub trait Reducible:
-    Element + all_reduce_ll::all_reduce::Instance + one_shot::all_reduce::Instance + two_shot::all_reduce::Instance
+    Element
+    + all_reduce_ll::all_reduce::Instance
+    + one_shot::all_reduce::Instance
+    + two_shot::all_reduce::Instance
     + two_shot::reduce_scatter::Instance
 {
 }

@@ -76,6 +76,12 @@ fn all_reduce_ll<T: Element, O: ReduceOp>(
     instances(all_reduce_ll_f32<f32>, all_reduce_ll_f16<f16>, all_reduce_ll_bf16<bf16>),
     requires(len(ll) >= 2 * world() * slot_packets)
 )]
-pub fn all_reduce<T: Element>(data: SymSliceMut<T>, ll: SymSliceMut<LlPacket>, pad: SignalPad, op: u32, slot_packets: u64) {
+pub fn all_reduce<T: Element>(
+    data: SymSliceMut<T>,
+    ll: SymSliceMut<LlPacket>,
+    pad: SignalPad,
+    op: u32,
+    slot_packets: u64,
+) {
     crate::with_op!(op, O => all_reduce_ll::<T, O>(data, ll, pad, slot_packets as usize))
 }

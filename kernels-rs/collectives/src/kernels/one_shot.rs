@@ -70,6 +70,12 @@ fn one_shot<T: Element, O: ReduceOp>(data: SymSliceMut<T>, stage: SymSliceMut<V1
     instances(one_shot_f32<f32>, one_shot_f16<f16>, one_shot_bf16<bf16>),
     requires(len(stage) >= 2 * world() * slot_vectors)
 )]
-pub fn all_reduce<T: Element>(data: SymSliceMut<T>, stage: SymSliceMut<[u32; 4]>, pad: SignalPad, op: u32, slot_vectors: u64) {
+pub fn all_reduce<T: Element>(
+    data: SymSliceMut<T>,
+    stage: SymSliceMut<[u32; 4]>,
+    pad: SignalPad,
+    op: u32,
+    slot_vectors: u64,
+) {
     crate::with_op!(op, O => one_shot::<T, O>(data, stage, pad, slot_vectors as usize))
 }
