@@ -224,7 +224,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
                         pauses: Pauses::new(launch_ref.session.seed, launch_ref.ctx.rank, b, t),
-                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, launch_ref.ctx.rank, b, t),
+                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, (launch_ref.ctx.rank, b, t), block_threads),
                         launch: launch_ref,
                         check,
                     });

@@ -23,7 +23,9 @@
 //! Which stores are buffered: weak stores inside the destination the device library announced last (a put's
 //! or `PeerSliceMut::write`'s range; a `get` or a weak read announces none, so a copy into the thread's own
 //! memory is never buffered and its plain reads see it at once), LL packet stores, and relaxed atomic
-//! stores. Taking `SymSliceMut::local_slice`/`local_slice_mut` drains the thread's stores into the copy
+//! stores. Of a long destination only the stores into its last `CAPACITY * 16 * threads-per-block` bytes
+//! are: a thread's earlier stores of the copy would have drained as the oldest by then anyway, so they go
+//! to memory at once and a mebibyte put costs little more than without buffers. Taking `SymSliceMut::local_slice`/`local_slice_mut` drains the thread's stores into the copy
 //! first, so its plain reads of it see them. Plain Rust loads and stores through raw pointers bypass the
 //! buffer: a kernel that weakly stores through the library and then reads the same bytes through a raw
 //! pointer in the same thread, with no library call between, would read its own stale value (no kernel of
@@ -80,6 +82,10 @@ pub(crate) struct StoreBuffer {
     rng: Cell<u64>,
     /// The destination the library announced last (`lo..hi`): weak stores inside it are buffered.
     window: Cell<(usize, usize)>,
+    /// Bytes at the end of a destination whose stores are buffered: a thread of a block of `n` threads
+    /// copying its share holds at most its last [`CAPACITY`] stores of up to 16 bytes, `n * 16` bytes apart,
+    /// so earlier ones would have been drained as the oldest anyway and go to memory at once.
+    tail: usize,
 }
 
 /// SplitMix64's finaliser.
@@ -92,11 +98,12 @@ fn mix(mut z: u64) -> u64 {
 impl StoreBuffer {
     /// The buffer of thread `linear_tid` of block `linear_block` of `rank` in a launch of `seed`: its own
     /// stream, apart from the thread's pauses.
-    pub(crate) fn new(on: bool, seed: u64, rank: u32, linear_block: u32, linear_tid: u32) -> StoreBuffer {
+    pub(crate) fn new(on: bool, seed: u64, (rank, linear_block, linear_tid): (u32, u32, u32), block_threads: u32) -> StoreBuffer {
         let who = u64::from(rank) << 48 ^ u64::from(linear_block) << 24 ^ u64::from(linear_tid);
         // A salt keeps this stream apart from the pauses drawn from the same seed and indices.
         let state = mix(seed ^ 0x5EED_5708_EB0F_FE25 ^ mix(who.wrapping_add(0x9E37_79B9_7F4A_7C15)));
-        StoreBuffer { on, entries: RefCell::new(Vec::new()), rng: Cell::new(state), window: Cell::new((0, 0)) }
+        let tail = CAPACITY * 16 * block_threads as usize;
+        StoreBuffer { on, entries: RefCell::new(Vec::new()), rng: Cell::new(state), window: Cell::new((0, 0)), tail }
     }
 
     fn draw(&self) -> u64 {
@@ -191,32 +198,31 @@ fn random_drain(t: &ThreadState, odds: u64) {
 
 /// Buffers a store of `width` bytes of `value` at `addr` by `t`; `atomic`: a relaxed atomic store.
 fn buffer(t: &ThreadState, addr: usize, width: usize, value: u64, atomic: Option<Scope>) {
-    let oldest = {
+    let (end, mut overlap) = (addr + width, false);
+    {
         let mut entries = t.weak.entries.borrow_mut();
-        if let Some(e) = entries.iter_mut().find(|e| e.addr == addr && e.width == width && e.atomic == atomic) {
-            // The same location again: the newer value replaces the older, which nobody had seen.
-            e.value = value;
-            None
-        } else {
-            Some(entries.iter().any(|e| e.overlaps(addr, addr + width)))
+        for e in entries.iter_mut() {
+            if e.addr == addr && e.width == width && e.atomic == atomic {
+                // The same location again: the newer value replaces the older, which nobody had seen.
+                e.value = value;
+                drop(entries);
+                random_drain(t, 8);
+                return;
+            }
+            overlap |= e.overlaps(addr, end);
         }
+    }
+    if overlap {
+        // Coherence: an older store of another width to these bytes reaches memory first.
+        drain_overlapping(t, addr, end);
+    }
+    let full = {
+        let mut entries = t.weak.entries.borrow_mut();
+        entries.push(Entry { addr, width, value, atomic });
+        (entries.len() > CAPACITY).then(|| entries.remove(0))
     };
-    match oldest {
-        None => {}
-        Some(overlap) => {
-            if overlap {
-                // Coherence: an older store of another width to these bytes reaches memory first.
-                drain_overlapping(t, addr, addr + width);
-            }
-            let full = {
-                let mut entries = t.weak.entries.borrow_mut();
-                entries.push(Entry { addr, width, value, atomic });
-                (entries.len() > CAPACITY).then(|| entries.remove(0))
-            };
-            if let Some(e) = full {
-                write(t, e);
-            }
-        }
+    if let Some(e) = full {
+        write(t, e);
     }
     random_drain(t, 8);
 }
@@ -227,7 +233,7 @@ fn buffer(t: &ThreadState, addr: usize, width: usize, value: u64, atomic: Option
 pub(crate) fn weak_store(addr: usize, width: usize, value: u64) -> bool {
     thread::with_current(|t| {
         let (lo, hi) = t.weak.window.get();
-        let inside = t.weak.on && lo <= addr && addr + width <= hi;
+        let inside = t.weak.on && lo <= addr && addr + width <= hi && hi - addr <= t.weak.tail;
         if inside {
             buffer(t, addr, width, value, None);
         }
@@ -263,13 +269,16 @@ pub(crate) fn forward(t: &ThreadState, addr: usize, width: usize) -> Option<u64>
         return None;
     }
     random_drain(t, 16);
-    let (exact, overlap) = {
-        let entries = t.weak.entries.borrow();
-        let exact = entries.iter().find(|e| e.addr == addr && e.width == width).map(|e| e.value);
-        (exact, exact.is_none() && entries.iter().any(|e| e.overlaps(addr, addr + width)))
-    };
+    let (end, mut exact, mut overlap) = (addr + width, None, false);
+    for e in t.weak.entries.borrow().iter() {
+        if e.addr == addr && e.width == width {
+            exact = Some(e.value);
+        } else {
+            overlap |= e.overlaps(addr, end);
+        }
+    }
     if overlap {
-        drain_overlapping(t, addr, addr + width);
+        drain_overlapping(t, addr, end);
     }
     exact
 }
@@ -322,9 +331,9 @@ mod tests {
 
     #[test]
     fn one_seed_gives_one_stream_and_the_stream_is_not_the_pauses_one() {
-        let a = StoreBuffer::new(true, 7, 1, 2, 3);
-        let b = StoreBuffer::new(true, 7, 1, 2, 3);
-        let c = StoreBuffer::new(true, 7, 1, 2, 4);
+        let a = StoreBuffer::new(true, 7, (1, 2, 3), 32);
+        let b = StoreBuffer::new(true, 7, (1, 2, 3), 32);
+        let c = StoreBuffer::new(true, 7, (1, 2, 4), 32);
         let stream = |s: &StoreBuffer| (0..8).map(|_| s.draw()).collect::<Vec<u64>>();
         let (xa, xb, xc) = (stream(&a), stream(&b), stream(&c));
         assert_eq!(xa, xb);
