@@ -211,7 +211,8 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                 let launch_ref = launch.clone();
                 let spawned = thread::Builder::new().stack_size(STACK_BYTES).spawn_scoped(scope, move || {
                     let (b, t) = state;
-                    let session_weak = launch_ref.session.weak;
+                    let (session_weak, seed, me) =
+                        (launch_ref.session.weak, launch_ref.session.seed, (launch_ref.ctx.rank, b, t));
                     let check = launch_ref
                         .checker()
                         .map(|c| RefCell::new(c.thread(c.geometry().gid(launch_ref.ctx.rank, b, t))));
@@ -224,7 +225,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         linear_block: b,
                         block: launch_ref.blocks[b as usize].clone(),
                         pauses: Pauses::new(launch_ref.session.seed, launch_ref.ctx.rank, b, t),
-                        weak: StoreBuffer::new(session_weak, launch_ref.session.seed, (launch_ref.ctx.rank, b, t), block_threads),
+                        weak: StoreBuffer::new(session_weak, seed, me, block_threads),
                         launch: launch_ref,
                         check,
                     });

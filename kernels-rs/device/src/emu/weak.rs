@@ -96,9 +96,10 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl StoreBuffer {
-    /// The buffer of thread `linear_tid` of block `linear_block` of `rank` in a launch of `seed`: its own
-    /// stream, apart from the thread's pauses.
-    pub(crate) fn new(on: bool, seed: u64, (rank, linear_block, linear_tid): (u32, u32, u32), block_threads: u32) -> StoreBuffer {
+    /// The buffer of thread `linear_tid` of block `linear_block` (of `block_threads`) of `rank` in a launch
+    /// of `seed`: its own stream, apart from the thread's pauses.
+    pub(crate) fn new(on: bool, seed: u64, who: (u32, u32, u32), block_threads: u32) -> StoreBuffer {
+        let (rank, linear_block, linear_tid) = who;
         let who = u64::from(rank) << 48 ^ u64::from(linear_block) << 24 ^ u64::from(linear_tid);
         // A salt keeps this stream apart from the pauses drawn from the same seed and indices.
         let state = mix(seed ^ 0x5EED_5708_EB0F_FE25 ^ mix(who.wrapping_add(0x9E37_79B9_7F4A_7C15)));
