@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 use ferrocomm_bench::ferro::proxy_thread::{CopyEngine, Proxy};
 use ferrocomm_bench::ferro::ring::{Rings, ring_stride};
-use ferrocomm_kernels::kernels::proxy::{
-    DESCRIPTOR_BYTES, ProxyDescriptor, ProxyRing, RING_HEAD, RING_SLOTS, RING_TAIL, ring_bytes, ring_has_space,
-    ring_slot, ring_tail_needed,
+use ferrocomm_device::queue::{
+    HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_has_space, ring_slot, ring_tail_needed,
 };
+use ferrocomm_kernels::kernels::proxy::ProxyDescriptor;
 
 #[test]
 fn descriptor_layout_is_one_line_of_plain_fields() {
-    assert_eq!(size_of::<ProxyDescriptor>(), DESCRIPTOR_BYTES);
+    assert_eq!(size_of::<ProxyDescriptor>(), SLOT_BYTES);
     assert_eq!(align_of::<ProxyDescriptor>(), 64);
     let offsets = [
         offset_of!(ProxyDescriptor, src),
@@ -29,7 +29,7 @@ fn descriptor_layout_is_one_line_of_plain_fields() {
         offset_of!(ProxyDescriptor, reserved),
     ];
     assert_eq!(offsets, [0, 8, 16, 24, 32, 40, 44, 48]);
-    assert_eq!((size_of::<ProxyRing>(), align_of::<ProxyRing>()), (24, 8));
+    assert_eq!((size_of::<HostQueues>(), align_of::<HostQueues>()), (24, 8));
     // head and tail on lines of their own (the GPU writes one, the host the other), slots after them.
     assert_eq!((RING_HEAD, RING_TAIL, RING_SLOTS), (0, 64, 128));
     assert_eq!(ring_bytes(1), 192);

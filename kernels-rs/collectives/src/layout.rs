@@ -1,5 +1,6 @@
 //! What the host and the kernels agree on: team and grid limits, the index of every signal in each signal
-//! pad, the LL buffer's regions, how a range is split among blocks, and the by-value plans some kernels take.
+//! pad, the LL buffer's regions, how a range is split among blocks, the by-value plans some kernels take, and
+//! the host proxy's put descriptor.
 //!
 //! Every signal holds a monotonic value derived from its pad's launch epoch (`SignalPad::epoch`): senders
 //! *set* it, receivers wait for `>=`. Values only grow, across launches of every kernel that shares the pad
@@ -213,6 +214,39 @@ macro_rules! plain_param {
     )* };
 }
 plain_param!(ExchangePlan, TwoShotPlan);
+
+/// One put for the host proxy (`kernels::proxy`), the descriptor of its host queue: copy `bytes` from `src`
+/// (on `src_rank`'s GPU) to `dst` (on `dst_rank`'s GPU), then store `value` into the `u64` signal at
+/// `signal` (in `dst_rank`'s memory). Addresses are as the owning GPU addresses them (peer tables hold
+/// owners' addresses). One 64-byte slot ([`ferrocomm_device::queue::SLOT_BYTES`]).
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProxyDescriptor {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// Bytes to copy (0: only the signal).
+    pub bytes: u64,
+    /// Address of the completion signal.
+    pub signal: u64,
+    /// Value the signal is set to once the copy has landed.
+    pub value: u64,
+    /// The rank whose GPU holds `src` (the ring's owner).
+    pub src_rank: u32,
+    /// The rank whose GPU holds `dst` and `signal`.
+    pub dst_rank: u32,
+    /// Zero; pads the descriptor to one 64-byte line.
+    pub reserved: [u64; 2],
+}
+
+// The fields fill the 64 bytes: no padding.
+const _: () = assert!(size_of::<ProxyDescriptor>() == 5 * 8 + 2 * 4 + 2 * 8);
+const _: () = assert!(size_of::<ProxyDescriptor>() == ferrocomm_device::queue::SLOT_BYTES);
+
+// SAFETY: `#[repr(C)]` integers with no padding (asserted above): every bit pattern is a descriptor, and it
+// holds no pointer a GPU dereferences (the proxy interprets the addresses).
+unsafe impl ferrocomm_device::DeviceCopy for ProxyDescriptor {}
 
 #[cfg(test)]
 mod tests {

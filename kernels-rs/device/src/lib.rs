@@ -36,6 +36,7 @@
 //! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout; `Session` (a launch's epoch), `Channel` (one peer) |
 //! | [`group`] | `Group`: one thread, a warp or a block sharing a piece of work |
 //! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`queue`] | host queues: a single-producer descriptor ring per rank in host-mapped memory (a proxy's) |
 //! | [`vector`] | 16-byte vector access to a range of global memory, tails and misalignment handled |
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |
 //! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
@@ -59,6 +60,7 @@ pub mod ll;
 pub mod mem;
 pub mod param;
 pub mod put;
+pub mod queue;
 pub mod shared;
 pub mod signal;
 pub mod sym;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
 use ferrocomm::{Device, LaunchConfig, SignalPadBuffer, SymBuffer, Team};
-use ferrocomm_kernels::kernels::proxy::{ProxyDescriptor, ProxyRing, proxy_pad, proxy_ping_pong, proxy_put};
+use ferrocomm_device::queue::HostQueues;
+use ferrocomm_kernels::kernels::proxy::{ProxyDescriptor, proxy_pad, proxy_ping_pong, proxy_put};
 
 use super::proxy_thread::{CopyEngine, CudaEngine, HostEngine, Proxy, SignalPath};
 use super::ring::Rings;
@@ -160,7 +161,7 @@ impl ProxyBackend {
 fn kernel(
     team: &Team,
     op: Operation,
-    ring: ProxyRing,
+    ring: HostQueues,
     pad: &SignalPadBuffer,
     buffers: &mut Buffers,
     iters: u32,

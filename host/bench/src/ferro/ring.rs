@@ -1,7 +1,7 @@
 //! The proxy's rings, from the host's side: one pinned allocation mapped into every GPU of the team (or,
 //! for the emulator, plain host memory) holding every rank's ring in the layout of
-//! `ferrocomm_kernels::kernels::proxy` — `head` (written by the rank's kernel), `tail` (written by the
-//! proxy), then `depth` descriptor slots.
+//! `ferrocomm_device::queue` — `head` (written by the rank's kernel), `tail` (written by the proxy), then
+//! `depth` descriptor slots.
 //!
 //! The consumer's half of the protocol is here: [`Rings::head`] is read with acquire ordering (it pairs
 //! with the kernel's `st.release.sys`), a slot is copied out, then [`Rings::publish_tail`] stores the new
@@ -14,9 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{CudaContext, result};
-use ferrocomm_kernels::kernels::proxy::{
-    DESCRIPTOR_BYTES, ProxyDescriptor, ProxyRing, RING_HEAD, RING_SLOTS, RING_TAIL, ring_bytes, ring_slot,
-};
+use ferrocomm_device::queue::{HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_slot};
+use ferrocomm_kernels::kernels::proxy::ProxyDescriptor;
 
 use crate::backend::BackendError;
 
@@ -52,7 +51,7 @@ unsafe impl Sync for Rings {}
 
 /// Bytes from one rank's ring to the next (whole 64-byte lines, so rings never share a line).
 pub fn ring_stride(depth: usize) -> usize {
-    ring_bytes(depth).next_multiple_of(DESCRIPTOR_BYTES)
+    ring_bytes(depth).next_multiple_of(SLOT_BYTES)
 }
 
 fn check_depth(depth: usize) -> Result<(), BackendError> {
@@ -134,9 +133,14 @@ impl Rings {
         Ok(rings)
     }
 
-    /// The kernels' view of the rings.
-    pub fn param(&self) -> ProxyRing {
-        ProxyRing { base: self.device_base, stride: self.stride as u64, depth: self.depth as u64 }
+    /// The kernels' view of the rings. Launches given it must end before the rings are dropped (the
+    /// backend that owns them waits for its kernels).
+    pub fn param(&self) -> HostQueues {
+        // SAFETY: `world` rings of `stride >= ring_bytes(depth)` bytes at `device_base`, page-aligned and
+        // zeroed, mapped at that one address into every GPU (checked in `Rings::cuda`; for emulated teams,
+        // host memory); the proxy is the one consumer (it writes `tail` only), kernels write `head` and the
+        // slots; the memory lives as long as `self`, which outlives the launches.
+        unsafe { HostQueues::new(self.device_base, self.stride as u64, self.depth as u64) }
     }
 
     /// Ranks with a ring.
@@ -187,7 +191,7 @@ impl Rings {
         assert!(rank < self.world, "rank {rank} has no ring ({} rings)", self.world);
         let slot = ring_slot(seq, self.depth as u64) as usize;
         // SAFETY: `slot < depth`, so the slot lies inside rank `rank`'s ring of `stride` bytes.
-        unsafe { self.ptr.add(rank * self.stride + RING_SLOTS + slot * DESCRIPTOR_BYTES).cast() }
+        unsafe { self.ptr.add(rank * self.stride + RING_SLOTS + slot * SLOT_BYTES).cast() }
     }
 
     /// A copy of descriptor number `seq` of rank `rank`. Call it only for `tail <= seq < head` (after the
@@ -221,14 +225,14 @@ impl Drop for Rings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrocomm_kernels::kernels::proxy::{ring_has_space, ring_tail_needed};
+    use ferrocomm_device::queue::{ring_has_space, ring_tail_needed};
 
     #[test]
     fn layout_and_counters() {
         let rings = Rings::host(3, 5).unwrap();
-        assert_eq!(rings.param().stride, ring_stride(5) as u64);
+        assert_eq!(rings.param().stride(), ring_stride(5) as u64);
         assert_eq!(ring_stride(5), 128 + 5 * 64);
-        assert_eq!(rings.param().base % 4096, 0);
+        assert_eq!(rings.param().base() % 4096, 0);
         assert_eq!((rings.head(2), rings.tail(2)), (0, 0));
         let d = ProxyDescriptor {
             src: 1,

@@ -6,6 +6,7 @@ use std::fmt;
 use std::mem::{align_of, size_of};
 
 use ferrocomm_device::abi::{RawSlice, RawSym};
+use ferrocomm_device::queue::HostQueues;
 use ferrocomm_device::{DeviceParam, SignalPad, SymSlice, SymSliceMut, bf16, f16};
 
 use crate::error::Error;
@@ -86,6 +87,15 @@ impl LaunchParam for SignalPad {
     fn lower(host: &&SignalPadBuffer, rank: &RankRef<'_>) -> Result<RawSym<u64>, Error> {
         host.check_for(rank)?;
         host.raw(rank.rank())
+    }
+}
+
+/// Host queues pass as built: their `unsafe` constructor vouched for the memory.
+impl LaunchParam for HostQueues {
+    type Host<'a> = HostQueues;
+
+    fn lower(host: &HostQueues, _rank: &RankRef<'_>) -> Result<HostQueues, Error> {
+        Ok(*host)
     }
 }
 

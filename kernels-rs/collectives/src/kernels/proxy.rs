@@ -1,110 +1,23 @@
 //! The device side of a proxy (the NVSHMEM / MSCCL++ "device-side task queue"): a kernel does not move
-//! data itself but pushes put descriptors into a ring in pinned, host-mapped memory; a host proxy thread
-//! pops them, issues copy-engine copies and raises each put's completion signal in the destination's
-//! signal pad, which the kernels wait on. The benchmark's `proxy` mode runs these kernels against
-//! GPU-initiated puts; `clock_stamp` is the device clock it times CUDA-graph replays with.
+//! data itself but pushes put descriptors ([`ProxyDescriptor`]) into its rank's host queue, a ring in
+//! pinned, host-mapped memory ([`ferrocomm_device::queue`]); a host proxy thread pops them, issues
+//! copy-engine copies and raises each put's completion signal in the destination's signal pad, which the
+//! kernels wait on. The benchmark's `proxy` mode runs these kernels against GPU-initiated puts;
+//! `clock_stamp` is the device clock it times CUDA-graph replays with.
 //!
-//! The ring of rank `r` starts at `ring.base + r * ring.stride` (one pinned allocation mapped into every
-//! GPU, so host and device agree on one address): the producer's `head` at [`RING_HEAD`], the consumer's
-//! `tail` at [`RING_TAIL`] (separate 64-byte lines), then `depth` descriptors of [`DESCRIPTOR_BYTES`] at
-//! [`RING_SLOTS`]. `head` and `tail` are monotonic counts of descriptors written and popped; descriptor `n`
-//! lives in slot `n % depth`. The producer (one thread per rank) writes the slot with weak stores and
-//! publishes it with `st.release.sys` of `head`; the proxy reads `head` with an acquire load, copies the
-//! descriptor out and publishes the slot free with a release store of `tail`, which the producer reads
-//! with `ld.acquire.sys` before it reuses the slot.
+//! The ring's layout and protocol are the device library's: the producer (one thread per rank) waits for a
+//! free slot with an acquire wait on the consumer's `tail`, writes the slot with weak stores and publishes
+//! it with `st.release.sys` of `head`; the proxy reads `head` with an acquire load, copies the descriptor
+//! out and frees the slot with a release store of `tail`. This module holds no `unsafe` code.
+#![forbid(unsafe_code)]
 
-use ferrocomm_device::atomic::SysAtomicU64;
 use ferrocomm_device::kernel;
 use ferrocomm_device::prelude::*;
+use ferrocomm_device::queue::HostQueues;
 
 use super::spin_wait_ge;
 use crate::layout::MAX_WORLD;
-
-/// Byte offset of the producer's `head` count in a rank's ring.
-pub const RING_HEAD: usize = 0;
-/// Byte offset of the consumer's `tail` count (its own 64-byte line: the host writes it, the GPU polls it).
-pub const RING_TAIL: usize = 64;
-/// Byte offset of the first descriptor slot.
-pub const RING_SLOTS: usize = 128;
-/// Bytes of one descriptor slot (one host cache line).
-pub const DESCRIPTOR_BYTES: usize = 64;
-
-/// Bytes of one rank's ring with `depth` slots (a multiple of 64, so consecutive rings share no line).
-pub const fn ring_bytes(depth: usize) -> usize {
-    RING_SLOTS + depth * DESCRIPTOR_BYTES
-}
-
-/// The slot descriptor number `seq` occupies.
-#[inline(always)]
-pub const fn ring_slot(seq: u64, depth: u64) -> u64 {
-    seq % depth
-}
-
-/// Whether the producer may write descriptor `head` after the consumer popped `tail` of them.
-#[inline(always)]
-pub const fn ring_has_space(head: u64, tail: u64, depth: u64) -> bool {
-    head - tail < depth
-}
-
-/// The `tail` the producer must observe before writing descriptor `head`: the slot's previous occupant
-/// (descriptor `head - depth`) has been popped.
-#[inline(always)]
-pub const fn ring_tail_needed(head: u64, depth: u64) -> u64 {
-    (head + 1).saturating_sub(depth)
-}
-
-/// One put for the proxy: copy `bytes` from `src` (on `src_rank`'s GPU) to `dst` (on `dst_rank`'s GPU),
-/// then store `value` into the `u64` signal at `signal` (in `dst_rank`'s memory). Addresses are as the
-/// owning GPU addresses them (peer tables hold owners' addresses).
-#[repr(C, align(64))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProxyDescriptor {
-    /// Source address.
-    pub src: u64,
-    /// Destination address.
-    pub dst: u64,
-    /// Bytes to copy (0: only the signal).
-    pub bytes: u64,
-    /// Address of the completion signal.
-    pub signal: u64,
-    /// Value the signal is set to once the copy has landed.
-    pub value: u64,
-    /// The rank whose GPU holds `src` (the ring's owner).
-    pub src_rank: u32,
-    /// The rank whose GPU holds `dst` and `signal`.
-    pub dst_rank: u32,
-    /// Zero; pads the descriptor to one 64-byte line.
-    pub reserved: [u64; 2],
-}
-
-/// Where the rings are: rank `r`'s at `base + r * stride`, each with `depth` slots. Passed by value.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ProxyRing {
-    /// Device address of rank 0's ring (pinned host memory mapped at the same address on every GPU).
-    pub base: u64,
-    /// Bytes from one rank's ring to the next (at least [`ring_bytes`]`(depth)`).
-    pub stride: u64,
-    /// Descriptor slots per ring (at least 1).
-    pub depth: u64,
-}
-
-// SAFETY: a `#[repr(C)]` struct of integers, valid for every bit pattern, passed by value as itself.
-unsafe impl ferrocomm_device::DeviceParam for ProxyRing {
-    type Abi = ProxyRing;
-    #[inline(always)]
-    unsafe fn from_abi(abi: ProxyRing) -> ProxyRing {
-        abi
-    }
-}
-
-#[cfg(not(target_arch = "nvptx64"))]
-impl ferrocomm::LaunchParam for ProxyRing {
-    type Host<'a> = ProxyRing;
-    fn lower(host: &ProxyRing, _rank: &ferrocomm::RankRef<'_>) -> Result<ProxyRing, ferrocomm::Error> {
-        Ok(*host)
-    }
-}
+pub use crate::layout::ProxyDescriptor;
 
 /// Signals of the proxy pad.
 pub mod proxy_pad {
@@ -119,51 +32,6 @@ pub mod proxy_pad {
     }
     /// Signals in the pad.
     pub const SIGNALS: usize = 2 + MAX_WORLD;
-}
-
-/// This rank's end of its ring.
-struct Producer {
-    head: &'static SysAtomicU64,
-    tail: Signal,
-    slots: *mut ProxyDescriptor,
-    depth: u64,
-    /// Descriptors written so far (what `head` holds).
-    next: u64,
-    /// The last `tail` observed: slots below `tail_seen + depth` are free without asking again.
-    tail_seen: u64,
-}
-
-impl Producer {
-    #[inline(always)]
-    fn open(ring: ProxyRing) -> Producer {
-        let base = (ring.base + u64::from(team::rank()) * ring.stride) as usize as *mut u8;
-        // SAFETY: the host allocated `world` rings of `stride >= ring_bytes(depth)` bytes at `base`, 64-byte
-        // aligned, mapped into this GPU, for as long as the launch runs; `head` is written by this thread
-        // only and `tail` by the proxy only, both atomically.
-        let (head, tail) = unsafe {
-            (SysAtomicU64::from_ptr(base.add(RING_HEAD).cast()), Signal::from_ptr(base.add(RING_TAIL).cast()))
-        };
-        // SAFETY: as above; the slots follow the two counters.
-        let slots = unsafe { base.add(RING_SLOTS).cast::<ProxyDescriptor>() };
-        // Earlier launches of this rank published `head`; stream order makes their stores visible here.
-        let next = head.load_relaxed();
-        Producer { head, tail, slots, depth: ring.depth.max(1), next, tail_seen: tail.load_acquire() }
-    }
-
-    /// Writes `d` into the next slot once it is free, and publishes it.
-    #[inline(always)]
-    #[track_caller]
-    fn push(&mut self, d: ProxyDescriptor) {
-        if !ring_has_space(self.next, self.tail_seen, self.depth) {
-            self.tail_seen = self.tail.wait_ge(ring_tail_needed(self.next, self.depth));
-        }
-        let slot = ring_slot(self.next, self.depth) as usize;
-        // SAFETY: `slot < depth`, inside this rank's ring; the proxy popped the slot's previous descriptor
-        // (acquire of `tail` above) and reads this one only after the release of `head` below.
-        unsafe { self.slots.add(slot).write(d) };
-        self.next += 1;
-        self.head.store_release(self.next);
-    }
 }
 
 /// The descriptor of a put of `src` into `dst` on `peer`, raising `pad`'s `arrived(rank)` there to `value`.
@@ -201,7 +69,7 @@ fn advance_sequence(pad: &SignalPad, base: u64, iters: u32) {
 #[kernel]
 #[allow(clippy::too_many_arguments)]
 pub fn proxy_ping_pong(
-    ring: ProxyRing,
+    ring: HostQueues,
     pad: SignalPad,
     payload: &[u8],
     inbox: SymSliceMut<u8>,
@@ -215,7 +83,7 @@ pub fn proxy_ping_pong(
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
         let peer = if rank == initiator { responder } else { initiator };
         let arrived = pad.local(proxy_pad::arrived(peer as usize));
-        let mut producer = Producer::open(ring);
+        let mut producer = ring.producer::<ProxyDescriptor>();
         let start = globaltimer();
         for i in 1..=u64::from(iters) {
             if rank == initiator {
@@ -244,7 +112,7 @@ pub fn proxy_ping_pong(
 #[kernel]
 #[allow(clippy::too_many_arguments)]
 pub fn proxy_put(
-    ring: ProxyRing,
+    ring: HostQueues,
     pad: SignalPad,
     src: &[u8],
     dst: SymSliceMut<u8>,
@@ -258,7 +126,7 @@ pub fn proxy_put(
     let last = base + u64::from(iters);
     if block_rank() == 0 && thread_rank() == 0 {
         if rank == from {
-            let mut producer = Producer::open(ring);
+            let mut producer = ring.producer::<ProxyDescriptor>();
             let start = globaltimer();
             for k in 1..=u64::from(iters) {
                 producer.push(descriptor(src, &dst, &pad, to, base + k));
