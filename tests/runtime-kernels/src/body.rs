@@ -68,8 +68,8 @@ pub unsafe fn wait_unraised(pad: RawSym<u64>) {
     }
 }
 
-/// Writes one element past the end of `dst`: a device panic on purpose (emulator tests only: on a GPU the
-/// panic traps and ends the CUDA context).
+/// Writes one element past the end of `dst`: a device panic on purpose (a bounds check; its message has
+/// format arguments, so on a GPU the record carries file and line but not the text).
 pub fn out_of_bounds(dst: RawSlice<u32>) {
     if thread_rank() != 0 {
         return;

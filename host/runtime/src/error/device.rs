@@ -293,8 +293,8 @@ pub enum DeviceError {
     /// the next barrier on the pad will compare counts of different launches.
     #[error(
         "rank {rank}{}: signal pad {pad}'s epoch advanced {observed} time(s) in this launch where {} {expected}; \
-         every thread of every block of every rank must call advance_epoch() once per launch, after its last \
-         use of epoch(){}",
+         every thread of every block of every rank must end one session of the pad per launch (`pad.session()`, \
+         dropped after its last use){}",
         in_block(.block),
         the_others(.block),
         last_call(.location)
@@ -310,7 +310,7 @@ pub enum DeviceError {
         expected: u64,
         /// How many this rank (or block) made.
         observed: u64,
-        /// The last `advance_epoch()` call of this rank, if it made one.
+        /// Where this rank's last session that advanced the pad began, if one did.
         location: Option<Location>,
     },
     /// A record of a kind this runtime does not know.
@@ -346,7 +346,7 @@ fn in_block(block: &Option<[u32; 3]>) -> String {
 }
 
 fn the_others(block: &Option<[u32; 3]>) -> &'static str {
-    if block.is_some() { "the rank's other blocks called advance_epoch()" } else { "the other ranks advanced it" }
+    if block.is_some() { "the rank's other blocks advanced it" } else { "the other ranks advanced it" }
 }
 
 fn last_call(location: &Option<Location>) -> String {

@@ -1,5 +1,6 @@
 //! Running one rank's grid: one host thread per GPU thread, panics caught and recorded like the GPU's
-//! panic handler does, and a trap that ends every thread of the launch.
+//! panic handler does; the launch then ends every thread at its next block barrier or warp call (where the
+//! GPU's threads would go on until they exit, which reports the same errors).
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -62,7 +63,7 @@ impl Launch {
         self.session.checker.as_ref()
     }
 
-    /// Whether a thread of the launch panicked (the GPU would have executed `trap`).
+    /// Whether a thread of the launch panicked.
     pub(crate) fn is_trapped(&self) -> bool {
         self.trapped.load(Ordering::Acquire)
     }
@@ -102,8 +103,8 @@ fn install_panic_hook() {
             let message = payload_message(info.payload());
             if t.launch.panics.fetch_add(1, Ordering::Relaxed) < PRINTED_PANICS {
                 eprintln!(
-                "emulated kernel panicked (rank {} block {:?} thread {:?}) at {file}:{line}:{column}: {message}",
-                t.launch.ctx.rank, t.block_idx, t.thread_idx
+                    "emulated kernel panicked (rank {} block {:?} thread {:?}) at {file}:{line}:{column}: {message}",
+                    t.launch.ctx.rank, t.block_idx, t.thread_idx
                 );
             }
             LAST_PANIC.with(|p| *p.borrow_mut() = Some(PanicSite { file, line, column, message }));

@@ -2,7 +2,7 @@
 //! through signal pads, and every signal-pad barrier (the collectives' `barrier`, a kernel's own rounds of
 //! `set_release(epoch)` / `wait_ge(epoch)`) relies on the pad's launch epoch being the same on every rank.
 //! That holds only if, in each launch, every rank advances each pad it uses the same number of times, and
-//! on each rank every block calls the block-collective `SignalPad::advance_epoch` equally often. When they
+//! on each rank every block ends equally many sessions of the pad (`SignalPad::session`, whose drop advances its epoch). When they
 //! do not, the next barrier on the pad compares against counts from different launches: it passes at once
 //! on one rank (a barrier that synchronises nothing) or waits for ever on another.
 //!
