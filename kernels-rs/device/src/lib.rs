@@ -74,9 +74,9 @@ pub mod emu;
 
 pub use ctx::team;
 pub use ferrocomm_macros::kernel;
+pub use group::Group;
 pub use half::{bf16, f16};
 pub use param::DeviceParam;
-pub use group::Group;
 pub use signal::{Channel, Session, Signal, SignalOp, SignalPad};
 pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 
@@ -87,12 +87,12 @@ pub mod prelude {
     pub use crate::ctx::team;
     pub use crate::error::exit_thread;
     pub use crate::fence::{fence_acq_rel_cta, fence_acq_rel_gpu, fence_acq_rel_sys, fence_sc_gpu, fence_sc_sys};
+    pub use crate::group::Group;
     pub use crate::half::{bf16, f16};
     pub use crate::index::{
         Dim3, block_dim, block_idx, block_rank, block_size, global_thread_idx, global_threads, grid_dim, grid_size,
         lane_id, smid, thread_idx, thread_rank, warp_id, warp_lanes, warp_mask, warps_per_block,
     };
-    pub use crate::group::Group;
     pub use crate::ll::{ll_flag, ll_packets, put_ll, read_ll};
     pub use crate::put::{PutSource, PutToken, fence, get, put, put_nbi, put_signal, quiet};
     pub use crate::shared::{SharedSlice, dynamic_shared};

@@ -20,6 +20,7 @@ pub use crate::group::Group;
 use crate::mem::{GlobalPtr, copy_small, unit_for};
 use crate::signal::{Signal, SignalOp};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
+use crate::vector::Vectors;
 
 /// 16-byte vectors each thread keeps in flight in the copy body.
 const UNROLL: usize = 4;
@@ -107,11 +108,13 @@ pub(crate) unsafe fn copy_bytes(dst: GlobalPtr, src: GlobalPtr, bytes: usize, la
     }
 }
 
-/// The source of a put: a local slice (a kernel argument), or a view of a symmetric buffer's copy — this
-/// rank's own included, so a kernel forwards what a peer put there without a raw pointer.
+/// The source of a put: a local slice (a kernel argument), a view of a symmetric buffer's copy — this
+/// rank's own included, so a kernel forwards what a peer put there without a raw pointer — or, for bytes,
+/// a [`Vectors`] range.
 pub trait PutSource<T>: Copy + private::Sealed {
-    /// The first element's address and the number of elements.
-    fn parts(self) -> (*const T, usize);
+    /// The first element's address in the global window and the number of elements.
+    #[doc(hidden)]
+    fn parts(self) -> (GlobalPtr, usize);
 }
 
 mod private {
@@ -121,25 +124,41 @@ mod private {
 impl<T> private::Sealed for &[T] {}
 impl<T> private::Sealed for PeerSlice<T> {}
 impl<T> private::Sealed for PeerSliceMut<T> {}
+impl private::Sealed for Vectors {}
+
+/// `len` elements at `p`, in the global window.
+#[inline(always)]
+fn global<T>(p: *const T, len: usize) -> (GlobalPtr, usize) {
+    // SAFETY: a put's source is global memory: a kernel argument or a symmetric copy (the module's
+    // contract).
+    (unsafe { GlobalPtr::from_generic(p) }, len)
+}
 
 impl<T: DeviceCopy> PutSource<T> for &[T] {
     #[inline(always)]
-    fn parts(self) -> (*const T, usize) {
-        (self.as_ptr(), self.len())
+    fn parts(self) -> (GlobalPtr, usize) {
+        global(self.as_ptr(), self.len())
     }
 }
 
 impl<T: DeviceCopy> PutSource<T> for PeerSlice<T> {
     #[inline(always)]
-    fn parts(self) -> (*const T, usize) {
-        (self.as_ptr(), self.len())
+    fn parts(self) -> (GlobalPtr, usize) {
+        global(self.as_ptr(), self.len())
     }
 }
 
 impl<T: DeviceCopy> PutSource<T> for PeerSliceMut<T> {
     #[inline(always)]
-    fn parts(self) -> (*const T, usize) {
-        (self.as_ptr().cast_const(), self.len())
+    fn parts(self) -> (GlobalPtr, usize) {
+        global(self.as_ptr().cast_const(), self.len())
+    }
+}
+
+impl PutSource<u8> for Vectors {
+    #[inline(always)]
+    fn parts(self) -> (GlobalPtr, usize) {
+        (self.base(), self.len())
     }
 }
 
@@ -166,13 +185,13 @@ fn put_share<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSou
     #[cfg(not(target_arch = "nvptx64"))]
     {
         use crate::emu::check::Access;
-        let accesses = [(src as usize, Access::Read), (dst.as_ptr() as usize, Access::Write)];
+        let accesses = [(src.addr(), Access::Read), (dst.as_ptr() as usize, Access::Write)];
         crate::emu::check::copy(&accesses, bytes, (lane, lanes), core::panic::Location::caller());
     }
     // SAFETY: `src` addresses `len` live elements (a slice or a view of a live symmetric copy) and `dst` a
     // live peer view at least as long, both in global memory (the module's contract). They do not overlap:
     // a put into the range it reads from is a protocol error every rank's copy layout rules out.
-    unsafe { copy_bytes(GlobalPtr::from_generic(dst.as_ptr()), GlobalPtr::from_generic(src), bytes, lane, lanes) };
+    unsafe { copy_bytes(GlobalPtr::from_generic(dst.as_ptr()), src, bytes, lane, lanes) };
 }
 
 /// The group's threads fill `dst` from the start of `src` (a rank's copy of a symmetric buffer); for a warp
@@ -273,7 +292,13 @@ pub fn put_nbi<'src, T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &'s
 /// `signal` with release ordering: a peer that acquires the signal sees the data.
 #[inline(always)]
 #[track_caller]
-pub fn put_signal<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>, signal: Signal, op: SignalOp) {
+pub fn put_signal<T: DeviceCopy>(
+    group: Group,
+    dst: PeerSliceMut<T>,
+    src: impl PutSource<T>,
+    signal: Signal,
+    op: SignalOp,
+) {
     put_share(group, dst, src);
     // The leader's release is cumulative over the writes the barrier made it observe.
     group.sync();

@@ -74,6 +74,12 @@ impl Vectors {
         Vectors::of::<u8>(&[])
     }
 
+    /// The first byte's address (a put's source).
+    #[inline(always)]
+    pub(crate) fn base(&self) -> GlobalPtr {
+        self.base
+    }
+
     /// Bytes in the range.
     #[inline(always)]
     pub fn len(&self) -> usize {

@@ -32,7 +32,8 @@ use crate::layout::{
 struct Messages<'a> {
     plan: ExchangePlan,
     rank: usize,
-    src: &'a [u8],
+    /// The send buffer (a broadcast root's is its own part of the receive buffer).
+    src: Vectors,
     send_counts: &'a [u32],
 }
 
@@ -81,14 +82,15 @@ impl Messages<'_> {
     #[inline(always)]
     #[track_caller]
     fn vectors(&self, offset: usize, len: usize) -> Vectors {
-        Vectors::of(&self.src[offset..offset + len])
+        assert!(offset <= self.src.len() && len <= self.src.len() - offset, "message outside the send buffer");
+        self.src.sub(offset, len)
     }
 
     /// The message bytes `start..end` of the message to `dst` at `offset`.
     #[inline(always)]
     #[track_caller]
-    fn bytes(&self, offset: usize, start: usize, end: usize) -> &[u8] {
-        &self.src[offset + start..offset + end]
+    fn bytes(&self, offset: usize, start: usize, end: usize) -> Vectors {
+        self.vectors(offset + start, end - start)
     }
 }
 
@@ -117,16 +119,12 @@ fn exchange_buffers<'a>(
     dst: SymSliceMut<u8>,
     plan: &ExchangePlan,
     rank: usize,
-) -> (&'a [u8], &'a [u32], &'a mut [u32]) {
+) -> (Vectors, &'a [u32], &'a mut [u32]) {
     let src = match src {
-        Some(src) => src,
-        None if plan.mode == exchange_mode::BROADCAST && rank == plan.root as usize => {
-            let raw = dst.raw();
-            // SAFETY: this rank's part of `dst`, live for the launch; a broadcast's root is read, never
-            // written (see above), so a shared slice of it is sound for the whole launch.
-            unsafe { core::slice::from_raw_parts(raw.local.cast_const(), raw.len) }
-        }
-        None => &[],
+        Some(src) => Vectors::of(src),
+        // A broadcast's root part of `dst` is read, never written.
+        None if plan.mode == exchange_mode::BROADCAST && rank == plan.root as usize => dst.local().as_const().vectors(),
+        None => Vectors::empty(),
     };
     (src, send_counts.unwrap_or_default(), recv_counts.unwrap_or_default())
 }
@@ -236,7 +234,8 @@ pub fn exchange_staged(
     let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
     // Slot (`parity`, `src`) of a copy of the staging buffer, as bytes.
-    let slot_of = |copy: PeerSliceMut<V16>, src: usize| copy.slice(stage_slot(parity, src, world, slot), slot).vectors();
+    let slot_of =
+        |copy: PeerSliceMut<V16>, src: usize| copy.slice(stage_slot(parity, src, world, slot), slot).vectors();
 
     for ch in session.peers() {
         let (offset, len, header) = messages.outgoing(ch.peer() as usize);

@@ -12,6 +12,11 @@
 //! | [`two_shot`] | `two_shot_{f32,f16,bf16}`: all-reduce for large messages, reduce-scatter |
 //! | [`proxy`] | the device side of the host-proxy baseline (descriptor ring), and a device clock stamp |
 
+//!
+//! The kernels are safe code: every access goes through the device library's views, so `unsafe` is
+//! forbidden here.
+#![forbid(unsafe_code)]
+
 pub mod all_reduce_ll;
 pub mod barrier;
 pub mod exchange;

@@ -26,10 +26,13 @@ use crate::layout::{MAX_WORLD, TwoShotPlan, segment_tag, two_shot_pad};
 
 /// What every segment of one launch shares.
 struct Launch<'s, T> {
-    data: SymSliceMut<T>,
+    /// This rank's input: its copy of the all-reduce's buffer, or the reduce-scatter's input.
+    input: Vectors,
+    /// All-reduce: the buffer every rank's reduced chunk is stored into on every peer (the all-gather).
+    gather: Option<SymSliceMut<T>>,
     scratch: SymSliceMut<V16>,
     session: &'s Session,
-    /// Where this rank's reduced chunk goes: its own chunk of `data` (all-reduce) or `out`.
+    /// Where this rank's reduced chunk goes: its own chunk of the buffer (all-reduce) or `out`.
     result: VectorsMut,
     plan: TwoShotPlan,
 }
@@ -45,11 +48,11 @@ impl<T: Element> Launch<'_, T> {
         (start * size, chunk.min(len - start) * size)
     }
 
-    /// Chunk `c` of one rank's copy of `data`.
+    /// Chunk `c` of this rank's input.
     #[inline(always)]
-    fn chunk_of(&self, copy: PeerSliceMut<T>, c: usize) -> VectorsMut {
+    fn input_chunk(&self, c: usize) -> Vectors {
         let (start, len) = self.chunk(c);
-        copy.vectors().sub(start, len)
+        self.input.sub(start, len)
     }
 
     /// Vectors per segment and the number of segments: segments hold at most one scratch slot and are cut
@@ -86,7 +89,7 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
         sync_threads();
     }
     for ch in l.session.peers() {
-        let from = l.chunk_of(l.data.local(), ch.peer() as usize).as_const();
+        let from = l.input_chunk(ch.peer() as usize);
         // Slot `rank` of the peer's scratch, which it no longer reads (flow control above); vector `k` of the
         // chunk lands at `k - first`.
         let to = ch.remote(l.scratch).slice(rank * slot, slot).vectors();
@@ -100,9 +103,9 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
     }
     sync_threads();
 
-    let mine = l.chunk_of(l.data.local(), rank);
+    let mine = l.input_chunk(rank);
+    let (start, len) = l.chunk(rank);
     let scratch = l.scratch.local().vectors();
-    let gather = l.plan.gather != 0;
     reduce_strided::<T, O>(
         (world, rank),
         (lo, hi.min(mine.vectors())),
@@ -113,10 +116,10 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
         |p, k| scratch.load(p * slot + k - first),
         |k, v| {
             l.result.store(k, v);
-            if gather {
+            if let Some(data) = l.gather {
                 // The same chunk of every peer, which read this vector before raising `pushed`.
                 for ch in l.session.peers() {
-                    l.chunk_of(ch.remote(l.data), rank).store(k, v);
+                    ch.remote(data).vectors().sub(start, len).store(k, v);
                 }
             }
         },
@@ -127,29 +130,29 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
     }
 }
 
+/// The two-shot over this rank's `input` (`plan.len` elements of `T`): this rank's reduced chunk goes to
+/// `result((start, len))` (the chunk's bytes) and, with `gather`, into that buffer's chunk on every peer.
 #[inline(always)]
 #[track_caller]
 fn two_shot<T: Element, O: ReduceOp>(
-    data: SymSliceMut<T>,
-    out: &mut [T],
+    input: Vectors,
+    gather: Option<SymSliceMut<T>>,
+    result: impl FnOnce((usize, usize)) -> VectorsMut,
     scratch: SymSliceMut<V16>,
     pad: SignalPad,
     plan: TwoShotPlan,
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let slot = plan.slot_vectors as usize;
-    assert!(plan.len <= data.len() as u64 && plan.chunk > 0 && slot > 0, "two-shot plan does not fit its buffer");
+    let size = core::mem::size_of::<T>() as u64;
+    assert!(
+        plan.len * size <= input.len() as u64 && plan.chunk > 0 && slot > 0,
+        "two-shot plan does not fit its buffer"
+    );
     assert!(world <= MAX_WORLD && world * slot <= scratch.len(), "two-shot scratch smaller than its slots");
     let session = pad.session();
-    let mut l = Launch { data, scratch, session: &session, result: VectorsMut::empty(), plan };
-    let mine = l.chunk_of(data.local(), rank);
-    l.result = if plan.gather != 0 {
-        mine
-    } else {
-        assert!(core::mem::size_of_val(out) >= mine.len(), "reduce-scatter output shorter than a chunk");
-        // This rank's output, written by this launch only (each vector by one thread).
-        VectorsMut::of(out).sub(0, mine.len())
-    };
+    let mut l = Launch { input, gather, scratch, session: &session, result: VectorsMut::empty(), plan };
+    l.result = result(l.chunk(rank));
     let (_, segments) = l.segments();
     for s in 0..segments {
         segment::<T, O>(&l, s);
@@ -180,8 +183,11 @@ pub fn all_reduce<T: Element>(
     pad: SignalPad,
     plan: TwoShotPlan,
 ) {
-    let plan = TwoShotPlan { gather: 1, ..plan };
-    crate::with_op!(plan.op, O => two_shot::<T, O>(data, out.unwrap_or_default(), scratch, pad, plan))
+    let _ = out;
+    // The reduced chunk replaces this rank's own chunk, and goes into every peer's.
+    let own = data.local().vectors();
+    let result = |(start, len): (usize, usize)| own.sub(start, len);
+    crate::with_op!(plan.op, O => two_shot::<T, O>(own.as_const(), Some(data), result, scratch, pad, plan))
 }
 
 /// Two-shot reduce-scatter with the [`op_code`] `plan.op` (see the module documentation), one PTX entry per
@@ -201,9 +207,11 @@ pub fn reduce_scatter<T: Element>(
     pad: SignalPad,
     plan: TwoShotPlan,
 ) {
-    let plan = TwoShotPlan { gather: 0, ..plan };
-    // SAFETY: the same symmetric buffer; without the gather the two-shot only reads `data` (it writes the
-    // reduced chunk into `out`), which is what `input: SymSlice<T>` lets the launcher borrow it for.
-    let data = unsafe { SymSliceMut::from_raw(input.raw()) };
-    crate::with_op!(plan.op, O => two_shot::<T, O>(data, out, scratch, pad, plan))
+    let out = VectorsMut::of(out);
+    let result = |(_, len): (usize, usize)| {
+        assert!(out.len() >= len, "reduce-scatter output shorter than a chunk");
+        // This rank's output, written by this launch only (each vector by one thread).
+        out.sub(0, len)
+    };
+    crate::with_op!(plan.op, O => two_shot::<T, O>(Vectors::of(input.local()), None, result, scratch, pad, plan))
 }
