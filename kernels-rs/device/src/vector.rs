@@ -370,7 +370,7 @@ mod tests {
         let src: Vec<u8> = (1..=80).collect();
         for start in 0..17 {
             for len in 0..48 {
-                let mut dst = vec![0u8; 80];
+                let mut dst = [0u8; 80];
                 let from = Vectors::of(&src[start..start + len]);
                 let to = VectorsMut::of(&mut dst[start..start + len]);
                 for k in 0..from.vectors() {
