@@ -44,8 +44,8 @@ pub struct Vectors {
 /// A writable byte range of global memory, accessed by 16-byte vectors.
 #[derive(Debug, Clone, Copy)]
 pub struct VectorsMut {
-    base: GlobalPtr,
-    len: usize,
+    /// The bytes, as a read-only range: every length and sub-range computation is its.
+    range: Vectors,
     /// Whether stores are puts the emulator's checker tracks (a symmetric buffer's copy; its checker skips
     /// the writer's own copy) rather than writes of a kernel's local output.
     #[cfg(not(target_arch = "nvptx64"))]
@@ -105,18 +105,26 @@ impl Vectors {
         Vectors { base: self.base.byte_add(start), len: len.min(self.len - start) }
     }
 
+    /// Where vector `k` starts and how many of its bytes lie in the range (panics when `k` is not a vector
+    /// of the range).
+    #[inline(always)]
+    #[track_caller]
+    fn vector(&self, k: usize) -> (GlobalPtr, usize) {
+        assert!(k < self.vectors(), "vector index out of bounds");
+        let off = k * VECTOR_BYTES;
+        (self.base.byte_add(off), (self.len - off).min(VECTOR_BYTES))
+    }
+
     /// Vector `k`: bytes `16k .. 16k + 16` that lie in the range, zero beyond its end (panics when `k` is
     /// not a vector of the range).
     #[inline(always)]
     #[track_caller]
     pub fn load(&self, k: usize) -> V16 {
-        assert!(k < self.vectors(), "vector index out of bounds");
-        let off = k * VECTOR_BYTES;
-        let bytes = (self.len - off).min(VECTOR_BYTES);
+        let (p, bytes) = self.vector(k);
         #[cfg(not(target_arch = "nvptx64"))]
-        track_read(self.base.byte_add(off), bytes);
-        // SAFETY: `bytes` bytes at `off` lie inside the range, live global memory (the handle's contract).
-        unsafe { load_at(self.base.byte_add(off), bytes) }
+        track_read(p, bytes);
+        // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
+        unsafe { load_at(p, bytes) }
     }
 }
 
@@ -124,10 +132,8 @@ impl VectorsMut {
     /// The vectors of a kernel's local output (writes to it are not puts).
     #[inline(always)]
     pub fn of<T: DeviceCopy>(s: &mut [T]) -> VectorsMut {
-        let (base, len) = range(s.as_ptr(), s.len());
         VectorsMut {
-            base,
-            len,
+            range: Vectors::of(s),
             #[cfg(not(target_arch = "nvptx64"))]
             tracked: false,
         }
@@ -142,39 +148,38 @@ impl VectorsMut {
     /// The same range, read-only.
     #[inline(always)]
     pub fn as_const(&self) -> Vectors {
-        Vectors { base: self.base, len: self.len }
+        self.range
     }
 
     /// Bytes in the range.
     #[inline(always)]
     pub fn len(&self) -> usize {
-        self.len
+        self.range.len()
     }
 
     /// Whether the range is empty.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.range.is_empty()
     }
 
     /// The vectors the range holds (the last one may be partial).
     #[inline(always)]
     pub fn vectors(&self) -> usize {
-        self.len.div_ceil(VECTOR_BYTES)
+        self.range.vectors()
     }
 
     /// The bytes `start..start + len`, clipped to the range.
     #[inline(always)]
     pub fn sub(&self, start: usize, len: usize) -> VectorsMut {
-        let start = start.min(self.len);
-        VectorsMut { base: self.base.byte_add(start), len: len.min(self.len - start), ..*self }
+        VectorsMut { range: self.range.sub(start, len), ..*self }
     }
 
     /// Vector `k`, as [`Vectors::load`].
     #[inline(always)]
     #[track_caller]
     pub fn load(&self, k: usize) -> V16 {
-        self.as_const().load(k)
+        self.range.load(k)
     }
 
     /// Stores the bytes of `v` that fall inside the range as vector `k` (panics when `k` is not a vector
@@ -182,13 +187,11 @@ impl VectorsMut {
     #[inline(always)]
     #[track_caller]
     pub fn store(&self, k: usize, v: V16) {
-        assert!(k < self.vectors(), "vector index out of bounds");
-        let off = k * VECTOR_BYTES;
-        let bytes = (self.len - off).min(VECTOR_BYTES);
+        let (p, bytes) = self.range.vector(k);
         #[cfg(not(target_arch = "nvptx64"))]
-        self.track_write(self.base.byte_add(off), bytes);
-        // SAFETY: `bytes` bytes at `off` lie inside the range, live global memory (the handle's contract).
-        unsafe { store_at(self.base.byte_add(off), bytes, v) }
+        self.track_write(p, bytes);
+        // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
+        unsafe { store_at(p, bytes, v) }
     }
 
     /// Stores vectors `lo..hi` of `src` here, vector `k` of `src` as vector `k - first` of this range;
@@ -206,11 +209,12 @@ impl VectorsMut {
         }
         assert!(first <= lo && hi <= src.vectors(), "copied vectors outside the source");
         assert!(hi - first <= self.vectors(), "copied vectors outside the destination");
-        let aligned = src.base.addr().is_multiple_of(VECTOR_BYTES) && self.base.addr().is_multiple_of(VECTOR_BYTES);
+        let dst = self.range;
+        let aligned = src.base.addr().is_multiple_of(VECTOR_BYTES) && dst.base.addr().is_multiple_of(VECTOR_BYTES);
         // Vectors whole in both ranges, where both are aligned: the fast path's.
-        let whole = if aligned { (src.len / VECTOR_BYTES).min(self.len / VECTOR_BYTES + first) } else { 0 };
+        let whole = if aligned { (src.len / VECTOR_BYTES).min(dst.len / VECTOR_BYTES + first) } else { 0 };
         let fast_end = hi.min(whole);
-        let at = |k: usize| self.base.byte_add((k - first) * VECTOR_BYTES);
+        let at = |k: usize| dst.base.byte_add((k - first) * VECTOR_BYTES);
         let from = |k: usize| src.base.byte_add(k * VECTOR_BYTES);
         let mut k = lo + lane;
         while k + (UNROLL - 1) * lanes < fast_end {
@@ -265,10 +269,8 @@ impl<T: DeviceCopy> PeerSliceMut<T> {
     /// The view's bytes as vectors, for weak reads and writes (a write into another rank's copy is a put).
     #[inline(always)]
     pub fn vectors(self) -> VectorsMut {
-        let (base, len) = range(self.as_ptr().cast_const(), self.len());
         VectorsMut {
-            base,
-            len,
+            range: self.as_const().vectors(),
             #[cfg(not(target_arch = "nvptx64"))]
             tracked: true,
         }
