@@ -101,7 +101,8 @@ pub struct ByteView<'a> {
 /// A buffer of any element type, written as bytes by a kernel's `&mut [u8]` or `SymSliceMut<u8>` argument
 /// marked `#[kernel(bytes(name))]`: [`SymBuffer::bytes_mut`]. Borrows the buffer mutably for its lifetime.
 pub struct ByteViewMut<'a> {
-    buf: &'a dyn Bytes,
+    /// The same bytes, read-only: lengths and lowering are its; this type only adds the unique borrow.
+    view: ByteView<'a>,
     _unique: PhantomData<&'a mut ()>,
 }
 
@@ -113,7 +114,7 @@ impl<T: DeviceCopy> SymBuffer<T> {
 
     /// This buffer as bytes, for a kernel argument that writes bytes (`#[kernel(bytes(...))]`).
     pub fn bytes_mut(&mut self) -> ByteViewMut<'_> {
-        ByteViewMut { buf: self, _unique: PhantomData }
+        ByteViewMut { view: ByteView { buf: self }, _unique: PhantomData }
     }
 }
 
@@ -137,17 +138,16 @@ impl ByteView<'_> {
 impl ByteViewMut<'_> {
     /// Bytes in each rank's part.
     pub fn len(&self) -> usize {
-        self.buf.byte_len()
+        self.view.len()
     }
 
     /// Whether each rank's part is empty.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.view.is_empty()
     }
 
     fn sym(&self, rank: &RankRef<'_>) -> Result<RawSym<u8>, Error> {
-        self.buf.check_for(rank)?;
-        self.buf.raw_bytes(rank.rank())
+        self.view.sym(rank)
     }
 }
 
