@@ -107,6 +107,30 @@ fn record(d: Details<'_>) {
     written.store_release(1);
 }
 
+/// Records how a wait at `location` on the signal at `signal` (for `cmp expected`, last seen `observed`)
+/// ended: `kind` is `Timeout`, or `Aborted` by rank `origin - 1`. Inlined into both, so each calls
+/// [`record`] itself, as before.
+#[inline(always)]
+fn record_wait(
+    kind: ErrorKind,
+    (signal, expected, observed, cmp): (u64, u64, u64, Cmp),
+    origin: u32,
+    location: &core::panic::Location<'_>,
+) {
+    record(Details {
+        kind,
+        signal,
+        expected,
+        observed,
+        cmp: cmp as u32,
+        file: location.file(),
+        line: location.line(),
+        column: location.column(),
+        message: "",
+        origin,
+    });
+}
+
 /// Records that a wait on the signal at `signal` saw `observed` where it waited for `cmp expected`.
 #[inline(never)]
 #[cold]
@@ -117,18 +141,7 @@ pub(crate) fn record_timeout(
     cmp: Cmp,
     location: &core::panic::Location<'_>,
 ) {
-    record(Details {
-        kind: ErrorKind::Timeout,
-        signal,
-        expected,
-        observed,
-        cmp: cmp as u32,
-        file: location.file(),
-        line: location.line(),
-        column: location.column(),
-        message: "",
-        origin: 0,
-    });
+    record_wait(ErrorKind::Timeout, (signal, expected, observed, cmp), 0, location);
 }
 
 /// Records a panic at `file:line:column` with `message`, then raises the team's abort word on every rank,
@@ -207,18 +220,7 @@ pub(crate) fn aborted(
     origin: u32,
     location: &core::panic::Location<'_>,
 ) -> ! {
-    record(Details {
-        kind: ErrorKind::Aborted,
-        signal,
-        expected,
-        observed,
-        cmp: cmp as u32,
-        file: location.file(),
-        line: location.line(),
-        column: location.column(),
-        message: "",
-        origin,
-    });
+    record_wait(ErrorKind::Aborted, (signal, expected, observed, cmp), origin, location);
     exit_thread()
 }
 
