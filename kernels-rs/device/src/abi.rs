@@ -50,6 +50,10 @@ pub enum ErrorKind {
     /// A wait ended early because a thread of the team panicked and raised the team's abort word (see
     /// [`ErrorBuffer::abort_local`]): the wait's thread ended instead of waiting out the timeout.
     Aborted = 7,
+    /// Checker: a put (or weak write) into a buffer that a thread read in an earlier launch, with nothing
+    /// ordering the put after that read (the writer did not wait for a signal the reader's rank raised
+    /// after its earlier kernels, such as a `ready` handshake).
+    UnorderedPut = 8,
 }
 
 /// Kinds an [`ErrorBuffer`] counts separately ([`ErrorBuffer::kinds`], indexed by the kind's code).
@@ -66,6 +70,7 @@ impl ErrorKind {
             5 => Some(ErrorKind::UnraisedSignal),
             6 => Some(ErrorKind::BarrierMismatch),
             7 => Some(ErrorKind::Aborted),
+            8 => Some(ErrorKind::UnorderedPut),
             _ => None,
         }
     }
@@ -92,6 +97,7 @@ pub const FORMATTED_MESSAGE: &str = "<formatted message: run the kernel on the e
 /// | `Panic` | — | — | — | the panic (and `message`) |
 /// | `Aborted` | the signal's address | value waited for, last value read | [`Cmp`] | the wait (and `origin`) |
 /// | `Race` | first byte read | the writer, [`ThreadRef::pack`] | bytes in conflict | the read |
+/// | `UnorderedPut` | first byte written | the earlier reader, [`ThreadRef::pack`] | bytes in conflict | the put |
 /// | `SourceOverwritten` | first changed source byte | destination address, source address | [`SourceCheck`] | the put |
 /// | `BarrierMismatch` | the pad's base address on this rank | advances expected, advances made | [`MismatchScope`] | the last `advance_epoch` |
 #[repr(C)]

@@ -1,17 +1,18 @@
 //! The emulator backend: each rank is a worker thread that plays its stream (launches run in order), each
 //! team launch is one `ferrocomm_device::emu::TeamLaunch` whose ranks run the kernel's host body on one host
 //! thread per GPU thread (so the emulator's checker sees every rank), and "device" memory is 256-byte
-//! aligned host memory.
+//! aligned host memory. The team's launches share one `Timeline`, told when the host waits for a stream
+//! and when it writes memory, so the checker follows ordering from one kernel to the next as well.
 
 use std::ffi::c_void;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
-use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch};
+use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch, Timeline};
 
 mod heap;
 
@@ -58,6 +59,9 @@ pub(crate) struct EmuTeam {
     recording: Mutex<Option<Vec<Recorded>>>,
     /// Whether the emulator's checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
     checker: Option<bool>,
+    /// The team's launches, in the order they were queued (made at the first launch, which knows the
+    /// team's size).
+    timeline: OnceLock<Timeline>,
 }
 
 /// The kernel's parameter pointers, shared by the host threads of one launch.
@@ -102,7 +106,14 @@ impl EmuTeam {
                 Ok(EmuRank { rank, tx: Some(tx), submitted: AtomicU64::new(0), done, failure, thread: Some(thread) })
             })
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(EmuTeam { ranks, heap, progress: Arc::new(AtomicU64::new(0)), recording: Mutex::new(None), checker })
+        Ok(EmuTeam {
+            ranks,
+            heap,
+            progress: Arc::new(AtomicU64::new(0)),
+            recording: Mutex::new(None),
+            checker,
+            timeline: OnceLock::new(),
+        })
     }
 
     fn submit(&self, slot: usize, job: Job) -> Result<(), Error> {
@@ -153,17 +164,18 @@ impl EmuTeam {
             return Ok(());
         }
         let (world, shared_bytes) = (team.world as u32, cfg.shared_bytes as usize);
-        let checked = self.checker.unwrap_or_else(TeamLaunch::checked_by_default);
+        let timeline = self
+            .timeline
+            .get_or_init(|| Timeline::with_checker(world, self.checker.unwrap_or_else(TeamLaunch::checked_by_default)));
         // A team whose ranks all live here is one team launch, so the checker sees every rank; a rank whose
         // peers run in other processes is checked on its own.
-        let whole = (team.local.len() == team.world)
-            .then(|| TeamLaunch::with_checker(world, cfg.grid, cfg.block, shared_bytes, checked));
+        let whole = (team.local.len() == team.world).then(|| timeline.launch(cfg.grid, cfg.block, shared_bytes));
         for (slot, pack) in packs.into_iter().enumerate() {
             let rank = team.local[slot];
             let ctx = team.launch_ctx(rank);
             let team_launch = match &whole {
                 Some(all) => all.clone(),
-                None => TeamLaunch::one_rank(world, rank as u32, cfg.grid, cfg.block, shared_bytes, checked),
+                None => timeline.launch_rank(rank as u32, cfg.grid, cfg.block, shared_bytes),
             };
             team_launch.report_progress(Arc::clone(&self.progress));
             let emulate = kernel.emulate;
@@ -196,17 +208,28 @@ impl EmuTeam {
     }
 }
 
+impl EmuTeam {
+    /// The host changed `bytes` bytes at `addr` (no kernel uses them meanwhile).
+    fn host_wrote(&self, addr: u64, bytes: usize) {
+        if let Some(t) = self.timeline.get() {
+            t.host_wrote(addr as usize, bytes);
+        }
+    }
+}
+
 impl Exec for EmuTeam {
     fn alloc(&self, _slot: usize, bytes: usize) -> Result<u64, Error> {
         self.heap.alloc(bytes)
     }
 
     unsafe fn free(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
+        self.host_wrote(addr, bytes);
         // SAFETY: per the contract.
         unsafe { self.heap.free(addr, bytes) }
     }
 
     unsafe fn write(&self, _slot: usize, dst: u64, src: &[u8]) -> Result<(), Error> {
+        self.host_wrote(dst, src.len());
         // SAFETY: per the contract, the range lies in a live allocation no kernel uses meanwhile.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as usize as *mut u8, src.len()) };
         Ok(())
@@ -219,6 +242,7 @@ impl Exec for EmuTeam {
     }
 
     unsafe fn memset(&self, _slot: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error> {
+        self.host_wrote(dst, len);
         // SAFETY: as for `write`.
         unsafe { std::ptr::write_bytes(dst as usize as *mut u8, byte, len) };
         Ok(())
@@ -228,6 +252,9 @@ impl Exec for EmuTeam {
         let r = &self.ranks[slot];
         if r.done.load(Ordering::Acquire) < r.submitted.load(Ordering::Acquire) {
             return Ok(false);
+        }
+        if let Some(t) = self.timeline.get() {
+            t.host_waited(r.rank as u32);
         }
         match r.failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
             Some(reason) => Err(Error::Emulator { rank: r.rank, reason }),
@@ -285,6 +312,7 @@ impl Exec for EmuTeam {
     }
 
     unsafe fn unmap(&self, _slot: usize, addr: u64, bytes: usize) -> Result<(), Error> {
+        self.host_wrote(addr, bytes);
         // SAFETY: per the contract, a mapping of `import` that nothing uses any more.
         unsafe { heap::unmap(addr, bytes) }
     }

@@ -239,6 +239,31 @@ pub enum DeviceError {
         /// Where the read is in the kernel's source.
         location: Location,
     },
+    /// Emulator checker: a put (or a weak write) into bytes that a thread read in an earlier kernel, with
+    /// nothing ordering the put after that read: on a GPU the put may land while the earlier kernel still
+    /// reads them.
+    #[error(
+        "rank {rank} block {block:?} thread {thread:?}: the put at {location} into {buffer} ({bytes} byte(s)) \
+         races with the read of it by {reader} in an earlier kernel: nothing orders the put after that read; \
+         before writing a peer's buffer, wait (acquire) for a signal the peer raises once its earlier kernels \
+         are done with it (a ready handshake), or synchronise with the host"
+    )]
+    UnorderedPut {
+        /// The writing rank.
+        rank: usize,
+        /// The writer's block index.
+        block: [u32; 3],
+        /// The writer's thread index in the block.
+        thread: [u32; 3],
+        /// The first byte both touched.
+        buffer: BufferRef,
+        /// Bytes both touched from there (in one run of the checker's shadow memory).
+        bytes: u32,
+        /// The thread of the earlier kernel that read the bytes.
+        reader: GpuThread,
+        /// Where the put is in the kernel's source.
+        location: Location,
+    },
     /// Emulator checker: the source of a non-blocking put changed before the put completed.
     #[error(
         "rank {rank} block {block:?} thread {thread:?}: the source of the non-blocking put at {location} changed \
@@ -361,6 +386,7 @@ impl DeviceError {
             | DeviceError::KernelPanic { rank, .. }
             | DeviceError::Aborted { rank, .. }
             | DeviceError::Race { rank, .. }
+            | DeviceError::UnorderedPut { rank, .. }
             | DeviceError::SourceOverwritten { rank, .. }
             | DeviceError::UnraisedSignal { rank, .. }
             | DeviceError::BarrierMismatch { rank, .. }
@@ -373,6 +399,7 @@ impl DeviceError {
         matches!(
             self,
             DeviceError::Race { .. }
+                | DeviceError::UnorderedPut { .. }
                 | DeviceError::SourceOverwritten { .. }
                 | DeviceError::UnraisedSignal { .. }
                 | DeviceError::BarrierMismatch { .. }
@@ -388,6 +415,7 @@ impl DeviceError {
             DeviceError::KernelPanic { .. } => "panic",
             DeviceError::Aborted { .. } => "aborted wait",
             DeviceError::Race { .. } => "race",
+            DeviceError::UnorderedPut { .. } => "unordered put",
             DeviceError::SourceOverwritten { .. } => "overwritten source",
             DeviceError::UnraisedSignal { .. } => "unraised signal",
             DeviceError::BarrierMismatch { .. } => "barrier mismatch",
@@ -420,6 +448,7 @@ impl DeviceError {
             }
             DeviceError::Aborted { rank, block, thread, location, .. }
             | DeviceError::Race { rank, block, thread, location, .. }
+            | DeviceError::UnorderedPut { rank, block, thread, location, .. }
             | DeviceError::SourceOverwritten { rank, block, thread, location, .. } => {
                 format!("{}: {} at {location}", who(rank, block, thread), self.kind_name())
             }

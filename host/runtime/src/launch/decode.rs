@@ -74,6 +74,18 @@ impl TeamShared {
                     location,
                 }
             }
+            Some(ErrorKind::UnorderedPut) => {
+                let reader = ThreadRef::unpack(r.expected, r.observed);
+                DeviceError::UnorderedPut {
+                    rank,
+                    block,
+                    thread,
+                    buffer: self.name_buffer(r.signal),
+                    bytes: r.cmp,
+                    reader: GpuThread { rank: reader.rank as usize, block: reader.block, thread: reader.thread },
+                    location,
+                }
+            }
             Some(ErrorKind::SourceOverwritten) => DeviceError::SourceOverwritten {
                 rank,
                 block,

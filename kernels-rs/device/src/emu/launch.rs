@@ -214,9 +214,9 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                     let (b, t) = state;
                     let (session_weak, seed, me) =
                         (launch_ref.session.weak, launch_ref.session.seed, (launch_ref.ctx.rank, b, t));
-                    let check = launch_ref
-                        .checker()
-                        .map(|c| RefCell::new(c.thread(c.geometry().gid(launch_ref.ctx.rank, b, t))));
+                    let check = launch_ref.checker().map(|c| {
+                        RefCell::new(c.thread(launch_ref.ctx.rank, c.geometry().gid(launch_ref.ctx.rank, b, t)))
+                    });
                     let st = Rc::new(ThreadState {
                         thread_idx: unlinear(t, block),
                         block_idx: unlinear(b, grid),

@@ -47,7 +47,7 @@ use std::time::Instant;
 use crate::abi::LaunchCtx;
 
 pub(crate) use launch::exit_thread;
-pub use team::TeamLaunch;
+pub use team::{TeamLaunch, Timeline};
 pub(crate) use warp::{Round, WarpError};
 
 /// Most GPU threads one emulated launch may have (one host thread each).

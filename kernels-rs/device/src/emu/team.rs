@@ -1,14 +1,15 @@
 //! [`TeamLaunch`]: one kernel launch on every rank of an emulated team. Each rank's grid runs in its own
 //! [`TeamLaunch::run_rank`] call, concurrently; what the ranks share is the checker, which needs all of them
 //! (a race between ranks, a signal no rank raised, ranks that disagree on a barrier epoch), and which
-//! finishes its cross-rank checks when the last rank's grid ends.
+//! finishes its cross-rank checks when the last rank's grid ends. A [`Timeline`] makes the launches of one
+//! team, so the checker follows ordering from one launch to the next.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::EmuError;
 use super::block::lock;
-use super::check::{Checker, Geometry};
+use super::check::{Checker, Geometry, History};
 use super::launch::{self, check_dims};
 use super::schedule;
 use crate::abi::LaunchCtx;
@@ -50,18 +51,18 @@ pub(crate) struct Session {
 
 impl Session {
     pub(crate) fn new(
-        world: u32,
+        timeline: &Timeline,
         grid: [u32; 3],
         block: [u32; 3],
         dynamic_shared_bytes: usize,
         alone: Option<u32>,
-        checked: bool,
     ) -> Session {
+        let world = timeline.world;
         let fits = alone.is_none_or(|r| r < world);
-        let checker = match check_dims(grid, block, dynamic_shared_bytes) {
-            Ok((blocks, block_threads)) if checked && world > 0 && fits => {
+        let checker = match (check_dims(grid, block, dynamic_shared_bytes), &timeline.history) {
+            (Ok((blocks, block_threads)), Some(history)) if world > 0 && fits => {
                 let geometry = Geometry { grid, block, block_threads, rank_threads: blocks * block_threads, alone };
-                Some(Checker::new(geometry, world))
+                Some(Checker::new(geometry, Arc::clone(history)))
             }
             // A launch with bad dimensions fails in `run_rank`; there is nothing to check.
             _ => None,
@@ -121,6 +122,9 @@ impl Session {
 
     /// Rank `rank`'s grid has ended (`trapped`: by a panic); the last rank finishes the checks.
     pub(crate) fn finish_rank(&self, rank: u32, trapped: bool) {
+        if let Some(c) = &self.checker {
+            c.rank_ended(rank);
+        }
         let all_done = {
             let mut ranks = lock(&self.ranks);
             let slot = self.slot(rank);
@@ -179,7 +183,7 @@ impl TeamLaunch {
         dynamic_shared_bytes: usize,
         checked: bool,
     ) -> TeamLaunch {
-        TeamLaunch { session: Arc::new(Session::new(world, grid, block, dynamic_shared_bytes, None, checked)) }
+        Timeline::with_checker(world, checked).launch(grid, block, dynamic_shared_bytes)
     }
 
     /// One rank of a launch whose other ranks run elsewhere (in other processes): only `rank` calls
@@ -192,9 +196,7 @@ impl TeamLaunch {
         dynamic_shared_bytes: usize,
         checked: bool,
     ) -> TeamLaunch {
-        // A team of one is whole.
-        let alone = (world != 1).then_some(rank);
-        TeamLaunch { session: Arc::new(Session::new(world, grid, block, dynamic_shared_bytes, alone, checked)) }
+        Timeline::with_checker(world, checked).launch_rank(rank, grid, block, dynamic_shared_bytes)
     }
 
     /// Whether launches are checked when nobody says: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off` or
@@ -225,7 +227,78 @@ impl TeamLaunch {
 
 /// A launch of one rank alone (the other ranks of its team, if any, run unseen): what [`launch`](fn@super::launch) runs.
 pub(crate) fn alone(ctx: &LaunchCtx, grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> Arc<Session> {
-    // A team of one is whole; a rank of a larger team is checked on its own.
-    let alone = (ctx.world != 1).then_some(ctx.rank);
-    Arc::new(Session::new(ctx.world, grid, block, dynamic_shared_bytes, alone, checked_by_default()))
+    Timeline::new(ctx.world).launch_rank(ctx.rank, grid, block, dynamic_shared_bytes).session
+}
+
+/// The launches of one emulated team, in the order the host queues them. The checker's knowledge carries
+/// from one launch to the next as a GPU's memory and streams do: the tracked accesses and the signals
+/// raised stay, each rank's stream runs its launches in order (a launch knows what its rank's earlier
+/// ones did and knew), and the host knows a rank's launches once it saw that rank's stream idle. Nothing
+/// else orders two launches, so the checker also finds a put into a buffer whose owner's earlier kernel
+/// was not known to be done with it, and a kernel that reads a put of an earlier launch that its rank
+/// never waited for.
+///
+/// ```
+/// use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
+/// use ferrocomm_device::emu::Timeline;
+///
+/// let timeline = Timeline::new(1);
+/// for _ in 0..2 {
+///     let mut errors = ErrorBuffer::ZEROED;
+///     let ctx = LaunchCtx { rank: 0, world: 1, timeout_ns: 0, errors: &mut errors };
+///     timeline.launch([1, 1, 1], [32, 1, 1], 0).run_rank(ctx, &|| {}).unwrap();
+///     timeline.host_waited(0);
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    world: u32,
+    /// The checker's state the launches share; `None` when they are not checked.
+    history: Option<Arc<History>>,
+}
+
+impl Timeline {
+    /// The timeline of a team of `world` ranks, checked unless `FERROCOMM_EMU_CHECK=0`.
+    pub fn new(world: u32) -> Timeline {
+        Timeline::with_checker(world, checked_by_default())
+    }
+
+    /// As [`new`](Timeline::new), with the checker on or off as `checked` says.
+    pub fn with_checker(world: u32, checked: bool) -> Timeline {
+        Timeline { world, history: checked.then(|| Arc::new(History::new(world))) }
+    }
+
+    /// The next launch of the team: `grid` × `block` with `dynamic_shared_bytes` per block on every rank.
+    pub fn launch(&self, grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> TeamLaunch {
+        TeamLaunch { session: Arc::new(Session::new(self, grid, block, dynamic_shared_bytes, None)) }
+    }
+
+    /// The next launch of rank `rank` alone, whose peers run elsewhere (in other processes): the checker
+    /// sees this rank only, and no cross-rank findings are made.
+    pub fn launch_rank(&self, rank: u32, grid: [u32; 3], block: [u32; 3], dynamic_shared_bytes: usize) -> TeamLaunch {
+        // A team of one is whole.
+        let alone = (self.world != 1).then_some(rank);
+        TeamLaunch { session: Arc::new(Session::new(self, grid, block, dynamic_shared_bytes, alone)) }
+    }
+
+    /// The host saw rank `rank`'s stream idle (every launch it queued there has ended): launches it queues
+    /// from now on, on any rank, are ordered after them.
+    pub fn host_waited(&self, rank: u32) {
+        if let Some(h) = &self.history {
+            h.host_waited(rank);
+        }
+    }
+
+    /// The host wrote, cleared or freed `bytes` bytes at `addr` while no kernel used them: what kernels did
+    /// there before is ordered before whatever they do there next.
+    pub fn host_wrote(&self, addr: usize, bytes: usize) {
+        if let Some(h) = &self.history {
+            h.forget(addr, bytes);
+        }
+    }
+
+    /// Whether the checker watches the launches.
+    pub fn is_checked(&self) -> bool {
+        self.history.is_some()
+    }
 }

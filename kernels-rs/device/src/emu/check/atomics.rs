@@ -15,12 +15,15 @@
 //! one published with the value read. Signals are atomics, so this is also where a raise is noted (a wait
 //! that times out on a signal no rank wrote is diagnosed from it). A relaxed store that sat in its thread's
 //! store buffer (see `emu::weak`) is run here when it reaches memory, so value and clock appear together.
+//!
+//! The variables outlive a launch, as the signals do: a wait in one launch on a value raised in an earlier
+//! one learns what its raiser's rank had done (see [`Layout::ends`]).
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 use super::ThreadCheck;
-use super::clock::{Clock, join};
+use super::clock::{Clock, Layout, join};
 use crate::emu::block::lock;
 
 /// The scope of an atomic or a fence: the threads it orders for.
@@ -41,18 +44,20 @@ pub(crate) struct Place {
     pub(crate) block: u32,
 }
 
-/// A clock published at `scope` by a thread of `at`.
+/// A clock of the launch laid out as `layout`, published at `scope` by a thread of `at`.
 #[derive(Debug, Clone)]
 pub(crate) struct Pub {
     pub(crate) scope: Scope,
     pub(crate) at: Place,
     pub(crate) clock: Clock,
+    pub(crate) layout: Layout,
 }
 
 impl Pub {
-    /// Releases of one key accumulate into one clock: the scope, the rank, and the block for `.cta`.
-    fn key(&self) -> (Scope, u32, u32) {
-        (self.scope, self.at.rank, if self.scope == Scope::Cta { self.at.block } else { u32::MAX })
+    /// Releases of one key accumulate into one clock: the launch, the scope, the rank, and the block for
+    /// `.cta`.
+    fn key(&self) -> (u32, Scope, u32, u32) {
+        (self.layout.launch, self.scope, self.at.rank, if self.scope == Scope::Cta { self.at.block } else { u32::MAX })
     }
 
     /// Whether an acquire of scope `acquire` by a thread of `me` synchronises with this publication.
@@ -124,8 +129,8 @@ struct SyncState {
     /// Counts the writes that changed `published`: a poll that acquires the same version again learns
     /// nothing new.
     version: u64,
-    /// Whether any emulated thread wrote the address during the launch.
-    written: bool,
+    /// The last launch in which an emulated thread wrote the address (0: none).
+    written_in: u32,
 }
 
 impl SyncVar {
@@ -155,7 +160,7 @@ impl SyncVar {
                 let known = tc.acquired.get(&addr) == Some(&st.version);
                 if !known {
                     for p in st.published.iter().filter(|p| p.reaches(scope, me)) {
-                        tc.clock.acquire(&p.clock);
+                        tc.clock.acquire_from(&p.layout, &p.clock);
                     }
                     tc.acquired.insert(addr, st.version);
                 }
@@ -166,25 +171,34 @@ impl SyncVar {
             }
         }
         if let Some((o, rmw)) = write {
+            let layout = tc.clock.layout();
             let mine = if releases(o) {
-                Some(Pub { scope, at: me, clock: tc.clock.release() })
+                Some(Pub { scope, at: me, clock: tc.clock.release(), layout })
             } else {
                 // A write after a release fence publishes at the narrower of the two scopes.
-                tc.fence_clock.as_ref().map(|(c, s)| Pub { scope: scope.min(*s), at: me, clock: c.clone() })
+                tc.fence_clock.as_ref().map(|(c, s)| Pub { scope: scope.min(*s), at: me, clock: c.clone(), layout })
             };
+            if rmw {
+                // The release sequence goes on in this launch: what earlier launches published joins it
+                // in this launch's terms.
+                for p in st.published.iter_mut().filter(|p| p.layout != layout) {
+                    p.clock = layout.clock_of_ends(&p.layout.ends(&p.clock));
+                    p.layout = layout;
+                }
+            }
             match (rmw, mine) {
                 (true, Some(mine)) => add_pub(&mut st.published, mine),
                 (true, None) => {}
                 (false, mine) => st.published = mine.into_iter().collect(),
             }
             st.version += 1;
-            st.written = true;
+            st.written_in = layout.launch;
         }
         v
     }
 
-    /// Whether any emulated thread of the launch wrote the address.
-    pub(crate) fn written(&self) -> bool {
-        lock(&self.state).written
+    /// Whether an emulated thread wrote the address in launch `launch`.
+    pub(crate) fn written_in(&self, launch: u32) -> bool {
+        lock(&self.state).written_in == launch
     }
 }

@@ -36,12 +36,19 @@
 //! copy (the owner preparing data is not a put), plain loads and stores through raw pointers, and LL packets
 //! (which carry their own flags) are not tracked.
 //!
-//! All of it exists only in host builds; the GPU's code paths have none of it. The state lives for one team
-//! launch; set `FERROCOMM_EMU_CHECK=0` to run without it.
+//! Launches of one team share a [`History`] (the host runtime's emulated teams keep one for their life):
+//! the shadow and the publications outlive a launch, and a launch's clocks know which ends of earlier
+//! launches its rank's stream and the host had seen, so ordering across launches is checked too: a
+//! `ready` handshake that does not order a put after the receiver's earlier kernels, a wait at the end of
+//! a kernel that does not order a put before the receiver's next kernels (see [`history`]).
+//!
+//! All of it exists only in host builds; the GPU's code paths have none of it. Set `FERROCOMM_EMU_CHECK=0`
+//! to run without it.
 
 mod atomics;
 mod clock;
 mod epochs;
+mod history;
 mod report;
 mod shadow;
 mod source;
@@ -54,6 +61,7 @@ use std::sync::{Arc, Mutex};
 
 pub(crate) use atomics::{AtomicOp, Scope};
 pub(crate) use clock::{Clock, Deposit, join_deposits};
+pub(crate) use history::History;
 use report::Finding;
 pub(crate) use report::Geometry;
 pub(crate) use shadow::Access;
@@ -61,11 +69,11 @@ pub(crate) use shadow::Access;
 use super::block::lock;
 use super::thread::{self, ThreadState};
 use super::weak;
-use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck};
+use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck, ThreadRef};
 use atomics::{Place, Pub, SyncVar};
-use clock::ThreadClock;
+use clock::{Layout, Stamp, ThreadClock, join_into};
 use epochs::PadLogs;
-use shadow::{Conflict, Shadow};
+use shadow::Conflict;
 use source::{Overwrite, PendingPut};
 
 /// Hashes an address (or a line index) with a multiplication: the checker's maps are keyed by addresses
@@ -99,16 +107,22 @@ type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 pub(crate) struct Checker {
     geometry: Geometry,
     world: u32,
-    empty: Clock,
+    /// What this team's launches share.
+    history: Arc<History>,
+    layout: Layout,
+    /// The ends the host knew when it queued the launch.
+    host: Vec<u32>,
+    /// Per rank: what its threads know at start, once its grid started.
+    starts: Vec<Mutex<Option<Clock>>>,
+    /// Per rank: what its threads knew at their ends, joined (what the rank knows at its end).
+    ends: Vec<Mutex<Option<Clock>>>,
     /// Per rank: its error buffer (where findings about its threads go), once its launch started.
     errors: Vec<AtomicUsize>,
-    shadow: Shadow,
-    syncvars: Mutex<AddrMap<Arc<SyncVar>>>,
     pads: Mutex<PadLogs>,
     /// Waits on signals that timed out: (rank, signal address).
     timeouts: Mutex<Vec<(u32, u64)>>,
-    /// (reader, writer) pairs already reported.
-    races: Mutex<HashSet<(u32, u32)>>,
+    /// (reader, writer) pairs already reported, as (launch, id) of each.
+    races: Mutex<HashSet<[u32; 4]>>,
     /// Each rank's own copies of its symmetric buffers: `(start, end, rank)`.
     own_copies: Mutex<Vec<(usize, usize, u32)>>,
     /// Findings recorded so far in this launch (the first [`PRINTED_FINDINGS`] are printed).
@@ -153,15 +167,21 @@ impl ThreadCheck {
 }
 
 impl Checker {
-    /// The checker of a launch of `world` ranks shaped as `geometry`.
-    pub(crate) fn new(geometry: Geometry, world: u32) -> Checker {
+    /// The checker of the next launch of the team of `history`, shaped as `geometry`.
+    pub(crate) fn new(geometry: Geometry, history: Arc<History>) -> Checker {
+        let world = history.world();
+        let (launch, host) = history.begin(geometry);
+        let fine = u32::try_from(geometry.ids(world)).unwrap_or(u32::MAX);
+        let layout = Layout { launch, fine, rank_threads: geometry.rank_threads, alone: geometry.alone };
         Checker {
             geometry,
             world,
-            empty: Arc::new(vec![0; geometry.ids(world)]),
+            history,
+            layout,
+            host,
+            starts: (0..world).map(|_| Mutex::new(None)).collect(),
+            ends: (0..world).map(|_| Mutex::new(None)).collect(),
             errors: (0..world).map(|_| AtomicUsize::new(0)).collect(),
-            shadow: Shadow::default(),
-            syncvars: Mutex::new(AddrMap::default()),
             pads: Mutex::new(PadLogs::default()),
             timeouts: Mutex::new(Vec::new()),
             races: Mutex::new(HashSet::new()),
@@ -180,16 +200,33 @@ impl Checker {
         if let Some(slot) = self.errors.get(rank as usize) {
             slot.store(errors as usize, Ordering::Release);
         }
+        if let Some(start) = self.starts.get(rank as usize) {
+            *lock(start) = Some(self.layout.clock_of_ends(&self.history.start(rank, &self.host)));
+        }
+    }
+
+    /// Rank `rank`'s grid has ended: its stream, and the accesses it knew of, remember it.
+    pub(crate) fn rank_ended(&self, rank: u32) {
+        let Some(known) = self.ends.get(rank as usize).and_then(|e| lock(e).take()) else {
+            // No thread ran (the launch failed to start): nothing new is known.
+            return;
+        };
+        let fine = self.layout.fine as usize;
+        let others_known =
+            known.iter().take(fine).enumerate().any(|(gid, &e)| e > 0 && self.layout.rank_of(gid as u32) != rank);
+        self.history.rank_ended(self.layout.launch, rank, &known, fine, others_known);
     }
 
     fn errors_of(&self, rank: u32) -> *mut ErrorBuffer {
         self.errors.get(rank as usize).map_or(0, |e| e.load(Ordering::Acquire)) as *mut ErrorBuffer
     }
 
-    /// The state of a new thread with id `gid`.
-    pub(crate) fn thread(&self, gid: u32) -> ThreadCheck {
+    /// The state of a new thread of rank `rank` with id `gid`.
+    pub(crate) fn thread(&self, rank: u32, gid: u32) -> ThreadCheck {
+        let start = self.starts.get(rank as usize).and_then(|s| lock(s).clone());
+        let start = start.unwrap_or_else(|| self.layout.clock_of_ends(&vec![0; self.world as usize]));
         ThreadCheck {
-            clock: ThreadClock::new(gid, &self.empty),
+            clock: ThreadClock::new(gid, self.layout, &start),
             fence_clock: None,
             pending: Vec::new(),
             nbi: Vec::new(),
@@ -200,7 +237,7 @@ impl Checker {
     }
 
     fn syncvar(&self, tc: &mut ThreadCheck, addr: usize) -> Arc<SyncVar> {
-        let global = || Arc::clone(lock(&self.syncvars).entry(addr).or_default());
+        let global = || Arc::clone(lock(&self.history.syncvars).entry(addr).or_default());
         Arc::clone(tc.syncvars.entry(addr).or_insert_with(global))
     }
 
@@ -217,32 +254,58 @@ impl Checker {
         );
     }
 
+    /// The thread a stamp names (of whichever launch made it).
+    fn who(&self, s: &Stamp) -> ThreadRef {
+        let geometry =
+            if s.launch == self.layout.launch { Some(self.geometry) } else { self.history.geometry(s.launch) };
+        geometry.map_or(ThreadRef { rank: s.rank, block: [0; 3], thread: [0; 3] }, |g| g.thread(s.gid))
+    }
+
+    /// Reports `c`. A read with no ordering to a write is a `Race` of the reader (whichever came first in
+    /// the launch, the reader's fix is to wait); a write with no ordering to a read of an earlier launch is
+    /// an `UnorderedPut` of the writer (its fix is to wait for the reader's rank).
     fn report_race(&self, c: &Conflict) {
-        if !lock(&self.races).insert((c.reader.gid, c.writer.gid)) {
+        let key = [c.reader.launch, c.reader.gid, c.writer.launch, c.writer.gid];
+        if !lock(&self.races).insert(key) {
             return;
         }
-        let (reader, writer) = (self.geometry.thread(c.reader.gid), self.geometry.thread(c.writer.gid));
-        let (expected, observed) = writer.pack();
+        let late_write = c.reader.launch != self.layout.launch;
+        let (kind, mine, other, what) = if late_write {
+            (ErrorKind::UnorderedPut, &c.writer, &c.reader, "wrote")
+        } else {
+            (ErrorKind::Race, &c.reader, &c.writer, "read")
+        };
+        let them = self.who(other);
+        let (expected, observed) = them.pack();
         let f = Finding {
-            kind: ErrorKind::Race,
-            who: reader,
+            kind,
+            who: self.who(mine),
             signal: c.addr as u64,
             expected,
             observed,
             cmp: u32::try_from(c.bytes).unwrap_or(u32::MAX),
-            loc: Some(c.reader.loc),
+            loc: Some(mine.loc),
         };
-        let w = c.writer.loc;
+        let (theirs, when) = match (late_write, other.launch == self.layout.launch) {
+            (true, _) => {
+                ("read", format!(" in launch {} of the team (this is launch {})", other.launch, self.layout.launch))
+            }
+            (false, true) => ("write", String::new()),
+            (false, false) => {
+                ("write", format!(" in launch {} of the team (this is launch {})", other.launch, self.layout.launch))
+            }
+        };
+        let l = other.loc;
         let detail = format!(
-            "read {} byte(s) at {:#x} not ordered after the write of rank {} block {:?} thread {:?} at {}:{}:{}",
+            "{what} {} byte(s) at {:#x} not ordered after the {theirs} of rank {} block {:?} thread {:?} at {}:{}:{}{when}",
             c.bytes,
             c.addr,
-            writer.rank,
-            writer.block,
-            writer.thread,
-            w.file(),
-            w.line(),
-            w.column()
+            them.rank,
+            them.block,
+            them.thread,
+            l.file(),
+            l.line(),
+            l.column()
         );
         self.report(&f, &detail);
     }
@@ -271,9 +334,9 @@ impl Checker {
             .collect();
         let whole_team = self.geometry.alone.is_none();
         if whole_team {
-            let syncvars = lock(&self.syncvars);
+            let syncvars = lock(&self.history.syncvars);
             for &(rank, addr) in lock(&self.timeouts).iter() {
-                if !syncvars.get(&(addr as usize)).is_some_and(|v| v.written()) {
+                if !syncvars.get(&(addr as usize)).is_some_and(|v| v.written_in(self.layout.launch)) {
                     // SAFETY: as above.
                     unsafe { report::mark_unraised(errors[rank as usize], addr) };
                 }
@@ -401,7 +464,7 @@ pub(crate) fn fence(scope: Scope) {
         pending.retain(|p| {
             let reaches = p.reaches(scope, me);
             if reaches {
-                tc.clock.acquire(&p.clock);
+                tc.clock.acquire_from(&p.layout, &p.clock);
             }
             !reaches
         });
@@ -450,7 +513,7 @@ pub(crate) fn copy(
 
 /// The checker's part of [`copy`].
 fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usize), loc: &'static Location<'static>) {
-    with(|checker, _, tc| {
+    with(|checker, t, tc| {
         let mut out = Vec::new();
         let (start, len) = if lane == 0 {
             (0, bytes)
@@ -460,7 +523,8 @@ fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usiz
         };
         for &(addr, kind) in accesses {
             let lo = addr.saturating_add(start);
-            checker.shadow.access(lo, lo.saturating_add(len), &tc.clock, loc, kind, lane == 0, &mut out);
+            let me = (&tc.clock, t.launch.ctx.rank);
+            checker.history.shadow.access(lo, lo.saturating_add(len), me, loc, kind, lane == 0, &mut out);
         }
         for c in &out {
             checker.report_race(c);
@@ -511,6 +575,13 @@ pub(crate) fn thread_ended(t: &ThreadState, clean: bool) {
     for p in std::mem::take(&mut tc.nbi) {
         if clean && let Some(o) = p.changed() {
             checker.report_overwrite(tc.clock.gid(), &o, SourceCheck::AtThreadEnd);
+        }
+    }
+    if let Some(end) = checker.ends.get(t.launch.ctx.rank as usize) {
+        let mut end = lock(end);
+        match end.as_mut() {
+            Some(known) => join_into(known, &tc.clock.current()),
+            None => *end = Some(tc.clock.current()),
         }
     }
 }

@@ -1,6 +1,9 @@
-//! Shadow memory for put destinations: for every byte range that tracked accesses touched in a launch, the
-//! writes not yet ordered before each other and the reads since the last write, each stamped with its
-//! thread and epoch. A read of bytes whose write it does not know of (it acquired no release made after
+//! Shadow memory for put destinations: for every byte range that tracked accesses touched in a team's
+//! launches, the writes not yet ordered before each other and the reads since the last write, each stamped
+//! with its launch, thread and epoch (see [`Stamp`]). The shadow outlives a launch, so an access is
+//! checked against the accesses of the launches before it too: a put that the receiver's next kernel
+//! reads without having waited for it, or a put into a buffer whose owner's earlier kernel may still read
+//! it. A read of bytes whose write it does not know of (it acquired no release made after
 //! the write), or a write of bytes whose earlier read the writer does not know of (the read was not ordered
 //! before the put), is a race: a thread read a put's destination without waiting on the signal that covers
 //! the put. Checking both directions makes the finding independent of which thread the host ran first.
@@ -16,16 +19,8 @@ use std::panic::Location;
 use std::sync::Mutex;
 
 use super::AddrHasher;
-use super::clock::ThreadClock;
+use super::clock::{Clock, Stamp, ThreadClock};
 use crate::emu::block::lock;
-
-/// One access: who, at which epoch, from where in the kernel source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
-    pub(crate) gid: u32,
-    pub(crate) epoch: u32,
-    pub(crate) loc: &'static Location<'static>,
-}
 
 /// Whether an access reads or writes its range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,15 +83,20 @@ impl Default for Shadow {
     }
 }
 
+/// Whether `a` and `b` are the same thread of the same launch.
+fn same_thread(a: &Stamp, b: &Stamp) -> bool {
+    a.gid == b.gid && a.launch == b.launch
+}
+
 fn push_conflict(out: &mut Vec<Conflict>, c: Conflict) {
-    if !out.iter().any(|o| o.reader.gid == c.reader.gid && o.writer.gid == c.writer.gid) {
+    if !out.iter().any(|o| same_thread(&o.reader, &c.reader) && same_thread(&o.writer, &c.writer)) {
         out.push(c);
     }
 }
 
 /// Checks one segment `[lo, hi)` of state `st` for an access by `clock`, adding conflicts to `out`.
 fn check(st: &State, lo: usize, hi: usize, clock: &ThreadClock, me: Stamp, kind: Access, out: &mut Vec<Conflict>) {
-    let unordered = |s: &Stamp| s.gid != me.gid && !clock.knows(s.gid, s.epoch);
+    let unordered = |s: &Stamp| !same_thread(s, &me) && !clock.knows(s);
     match kind {
         Access::Read => {
             for w in st.writes.iter().filter(|w| unordered(w)) {
@@ -114,13 +114,13 @@ fn check(st: &State, lo: usize, hi: usize, clock: &ThreadClock, me: Stamp, kind:
 /// Applies an access that `check` has seen to the segment's state.
 fn apply(st: &mut State, clock: &ThreadClock, me: Stamp, kind: Access) {
     match kind {
-        Access::Read => match st.reads.binary_search_by_key(&me.gid, |r| r.gid) {
+        Access::Read => match st.reads.binary_search_by_key(&(me.launch, me.gid), |r| (r.launch, r.gid)) {
             Ok(i) => st.reads[i] = me,
             Err(i) => st.reads.insert(i, me),
         },
         Access::Write => {
             // Writes this one follows are superseded; reads are either ordered before it or were reported.
-            st.writes.retain(|w| w.gid != me.gid && !clock.knows(w.gid, w.epoch));
+            st.writes.retain(|w| !same_thread(w, &me) && !clock.knows(w));
             st.writes.push(me);
             st.reads.clear();
         }
@@ -174,7 +174,11 @@ impl Line {
             }
             i += 1;
         }
-        // Neighbours left in the same state become one segment again.
+        self.merge();
+    }
+
+    /// Neighbours in the same state become one segment again.
+    fn merge(&mut self) {
         self.segs.dedup_by(|b, a| {
             let same = a.hi == b.lo && a.st == b.st;
             if same {
@@ -195,7 +199,7 @@ impl Shadow {
         &self,
         lo: usize,
         hi: usize,
-        clock: &ThreadClock,
+        (clock, rank): (&ThreadClock, u32),
         loc: &'static Location<'static>,
         kind: Access,
         record: bool,
@@ -204,7 +208,7 @@ impl Shadow {
         if lo >= hi {
             return;
         }
-        let p = Piece { clock, me: Stamp { gid: clock.gid(), epoch: clock.epoch(), loc }, kind, record };
+        let p = Piece { clock, me: clock.stamp(rank, loc), kind, record };
         let (first, last) = (lo / LINE, (hi - 1) / LINE);
         // Each lock once: by line for a short access, by lock (all its lines) for a long one.
         let groups: Vec<(usize, usize)> = if last - first < SHARDS {
@@ -233,6 +237,49 @@ impl Shadow {
         }
     }
 
+    /// Rank `rank` ended its grid of launch `launch` knowing `known` (a clock of that launch): its bit joins
+    /// the knowers of every access of that launch the clock covers, so whoever later knows that end knows
+    /// them.
+    pub(crate) fn rank_ended(&self, launch: u32, rank: u32, known: &Clock) {
+        let Some(bit) = 1u64.checked_shl(rank) else { return };
+        let covers = |s: &Stamp| s.launch == launch && known.get(s.gid as usize).is_some_and(|&e| e >= s.epoch);
+        for shard in &self.shards {
+            for line in lock(shard).values_mut() {
+                for seg in &mut line.segs {
+                    for s in seg.st.writes.iter_mut().chain(seg.st.reads.iter_mut()) {
+                        if covers(s) {
+                            s.knowers |= bit;
+                        }
+                    }
+                }
+                line.merge();
+            }
+        }
+    }
+
+    /// Drops what is known of bytes `[lo, hi)`: the host wrote, cleared or freed them, and no kernel uses
+    /// them meanwhile, so whatever the kernels did there before is ordered before what they do next.
+    pub(crate) fn forget(&self, lo: usize, hi: usize) {
+        if lo >= hi {
+            return;
+        }
+        let (first, last) = (lo / LINE, (hi - 1) / LINE);
+        for shard in &self.shards {
+            lock(shard).retain(|&l, line| {
+                if l < first || l > last {
+                    return true;
+                }
+                let base = l * LINE;
+                // Both fit in u16: at most LINE.
+                let (a, b) = ((lo.max(base) - base) as u16, (hi.min(base + LINE) - base) as u16);
+                line.split(a);
+                line.split(b);
+                line.segs.retain(|s| s.hi <= a || s.lo >= b);
+                !line.segs.is_empty()
+            });
+        }
+    }
+
     /// Segments kept (for tests of the merging).
     #[cfg(test)]
     fn len(&self) -> usize {
@@ -242,19 +289,39 @@ impl Shadow {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
+    use super::super::clock::Layout;
+    use super::super::clock::tests::clocks as launch_clocks;
     use super::*;
 
     fn clocks(n: u32) -> Vec<ThreadClock> {
-        let e = Arc::new(vec![0; n as usize]);
-        (0..n).map(|g| ThreadClock::new(g, &e)).collect()
+        launch_clocks(1, n)
     }
 
     fn run(s: &Shadow, lo: usize, hi: usize, c: &ThreadClock, kind: Access) -> Vec<Conflict> {
         let mut out = Vec::new();
-        s.access(lo, hi, c, Location::caller(), kind, true, &mut out);
+        s.access(lo, hi, (c, 0), Location::caller(), kind, true, &mut out);
         out
+    }
+
+    #[test]
+    fn a_later_launch_reads_what_a_rank_knew_at_its_end() {
+        let mut first = clocks(2);
+        let s = Shadow::default();
+        assert!(run(&s, 0, 64, &first[0], Access::Write).is_empty());
+        // Thread 1 of the same rank acquired the write; rank 1 of the team (a thread of its own, id 0 of
+        // a world of one here) ends knowing the clock thread 1 ended with.
+        let p = first[0].release();
+        first[1].acquire(&p);
+        s.rank_ended(1, 1, &first[1].current());
+        let layout = Layout { launch: 2, fine: 1, rank_threads: 1, alone: None };
+        let knows_rank_1 = ThreadClock::new(0, layout, &layout.clock_of_ends(&[0, 1]));
+        let knows_nothing = ThreadClock::new(0, layout, &layout.clock_of_ends(&[0, 0]));
+        assert!(run(&s, 0, 64, &knows_rank_1, Access::Read).is_empty());
+        assert_eq!(run(&s, 0, 64, &knows_nothing, Access::Read).len(), 1, "an unordered read of an earlier launch");
+        s.forget(0, 32);
+        assert_eq!(run(&s, 0, 64, &knows_nothing, Access::Read).len(), 1, "bytes 32.. are still known");
+        s.forget(32, 64);
+        assert!(run(&s, 0, 64, &knows_nothing, Access::Read).is_empty(), "the host rewrote every byte");
     }
 
     #[test]
@@ -310,7 +377,7 @@ mod tests {
         let s = Shadow::default();
         run(&s, 0, 16, &t[0], Access::Write);
         let mut out = Vec::new();
-        s.access(0, 16, &t[1], Location::caller(), Access::Read, false, &mut out);
+        s.access(0, 16, (&t[1], 0), Location::caller(), Access::Read, false, &mut out);
         assert_eq!(out.len(), 1);
         assert!(run(&s, 0, 16, &t[0], Access::Write).is_empty(), "the unrecorded read left no trace");
     }
