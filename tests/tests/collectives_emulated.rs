@@ -13,6 +13,9 @@ use ferrocomm_kernels::verify::{self, VerifyError};
 use ferrocomm_kernels::{Algorithm, CommError, Communicator, ExchangeTransport, Op, PingProtocol, Route, Tuning};
 use proptest::prelude::*;
 
+#[path = "collectives_emulated/between_kernels.rs"]
+mod between_kernels;
+
 fn team(world: usize) -> Team {
     Team::builder()
         .backend(Backend::Emulator)

@@ -1,0 +1,204 @@
+//! Ordering between kernels: each collective followed, with no host synchronisation, by a kernel of the
+//! user's that reads what it delivered, then the same collective again into the same buffer — all of it
+//! replayed from one graph, so the ranks' streams run ahead of each other as GPUs' do. The emulator's
+//! checker follows ordering across launches (its `Timeline`): the `ready` handshake of a collective must
+//! order its puts after the receiver's earlier kernels, and the waits that end it must order the puts
+//! before the receiver's next kernels; without them these tests report a `Race` or an `UnorderedPut`.
+
+use ferrocomm::{DeviceError, Error, KernelModule, LaunchConfig, SymBuffer, Team};
+use ferrocomm_device::kernel;
+use ferrocomm_device::prelude::*;
+use ferrocomm_device::vector::{Vectors, VectorsMut};
+use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, Route};
+
+use super::team;
+
+/// The kernels of this file have no PTX: they run on the emulator only.
+static EMU_ONLY: KernelModule = KernelModule::new("collectives_emulated", &[]);
+
+/// A kernel that consumes what a collective delivered: every rank copies its own copy of `delivered` into
+/// `out`. It does not communicate, so only the collectives around it order its reads after the puts that
+/// filled `delivered`, and the next puts into `delivered` after its reads.
+#[kernel(module = crate::between_kernels::EMU_ONLY, bytes(delivered, out), requires(len(out) >= len(delivered)))]
+pub fn consume(delivered: SymSlice<u8>, out: &mut [u8]) {
+    let from = Vectors::of(delivered.local());
+    VectorsMut::of(out).copy_from(from, 0, (0, from.vectors()), (global_thread_idx(), global_threads()));
+}
+
+/// Rank `from` puts `src` into rank `to`'s copy of `dst` and raises no signal: only something between
+/// the kernels (a barrier, the host) orders it before a later kernel's reads.
+#[kernel(module = crate::between_kernels::EMU_ONLY, bytes(src, dst), requires(len(dst) >= len(src)))]
+pub fn put_unsignalled(src: &[u8], dst: SymSliceMut<u8>, from: u32, to: u32) {
+    if team::rank() == from && block_rank() == 0 && thread_rank() == 0 {
+        put(Group::Thread, dst.peer(to).slice(0, src.len()), src);
+    }
+}
+
+const CONSUME: LaunchConfig = LaunchConfig::new(2, 32);
+
+fn consume_into<T: ferrocomm::DeviceCopy>(team: &Team, delivered: &SymBuffer<T>, out: &mut SymBuffer<T>) -> Result<(), CommError> {
+    consume::launch(team, CONSUME, delivered.bytes(), out.bytes_mut())?.wait()?;
+    Ok(())
+}
+
+/// Rank `r`'s pattern number `k`, `len` elements.
+fn pattern(k: u32, r: usize, len: usize) -> Vec<u32> {
+    (0..len as u32).map(|i| k * 1_000_003 + r as u32 * 10_007 + i).collect()
+}
+
+fn filled(team: &Team, k: u32, len: usize) -> SymBuffer<u32> {
+    let mut b = SymBuffer::new(team, len).unwrap();
+    for r in b.local_ranks() {
+        b.copy_from_host(r, &pattern(k, r, len)).unwrap();
+    }
+    b
+}
+
+fn replay(comm: &mut Communicator<'_>, f: impl FnOnce(&mut Communicator<'_>) -> Result<(), CommError>) {
+    let graph = comm.capture(|c| f(c)).expect("capture");
+    if let Err(e) = graph.replay().and_then(|g| g.wait()) {
+        panic!("{e}");
+    }
+}
+
+/// Elements per message: above the emulator tuning's staging slot, so exchanges store directly, and more
+/// than one block's share.
+const LEN: usize = 600;
+
+#[test]
+fn a_put_then_a_kernel_reading_it_then_a_put_again() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
+    let mut dst = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    let (mut out1, mut out2) = (SymBuffer::new(&team, LEN).unwrap(), SymBuffer::new(&team, LEN).unwrap());
+    let route = Route::Pair { from: 0, to: 1 };
+    replay(&mut comm, |c| {
+        drop(c.put(&first, &mut dst, route)?);
+        consume_into(c.team(), &dst, &mut out1)?;
+        drop(c.put(&second, &mut dst, route)?);
+        consume_into(c.team(), &dst, &mut out2)
+    });
+    assert_eq!(out1.to_host(1).unwrap(), pattern(1, 0, LEN));
+    assert_eq!(out2.to_host(1).unwrap(), pattern(2, 0, LEN));
+}
+
+#[test]
+fn a_get_between_puts_into_its_source() {
+    // Rank 2 puts into rank 1's `shared`, rank 0 gets it, rank 2 puts again: the get's `ready` orders its
+    // reads after the first put, its `done` orders them before the second.
+    let team = team(3);
+    let mut comm = Communicator::new(&team).unwrap();
+    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
+    let mut shared = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    let mut got = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    let mut out = SymBuffer::new(&team, LEN).unwrap();
+    replay(&mut comm, |c| {
+        drop(c.put(&first, &mut shared, Route::Pair { from: 2, to: 1 })?);
+        drop(c.get(&mut got, &shared, Route::Pair { from: 0, to: 1 })?);
+        drop(c.put(&second, &mut shared, Route::Pair { from: 2, to: 1 })?);
+        consume_into(c.team(), &shared, &mut out)
+    });
+    assert_eq!(got.to_host(0).unwrap(), pattern(1, 2, LEN));
+    assert_eq!(out.to_host(1).unwrap(), pattern(2, 2, LEN));
+}
+
+#[test]
+fn an_all_gather_then_a_kernel_reading_it_then_an_all_gather_again() {
+    let team = team(3);
+    let mut comm = Communicator::new(&team).unwrap();
+    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
+    let mut gathered = SymBuffer::<u32>::new(&team, 3 * LEN).unwrap();
+    let (mut out1, mut out2) = (SymBuffer::new(&team, 3 * LEN).unwrap(), SymBuffer::new(&team, 3 * LEN).unwrap());
+    replay(&mut comm, |c| {
+        drop(c.all_gather(&first, &mut gathered)?);
+        consume_into(c.team(), &gathered, &mut out1)?;
+        drop(c.all_gather(&second, &mut gathered)?);
+        consume_into(c.team(), &gathered, &mut out2)
+    });
+    for (k, out) in [(1, &out1), (2, &out2)] {
+        let want: Vec<u32> = (0..3).flat_map(|r| pattern(k, r, LEN)).collect();
+        for r in 0..3 {
+            assert_eq!(out.to_host(r).unwrap(), want, "all-gather {k}, rank {r}");
+        }
+    }
+}
+
+#[test]
+fn a_two_shot_all_reduce_then_a_kernel_reading_the_result() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let mut data = SymBuffer::<f32>::new(&team, LEN).unwrap();
+    for r in data.local_ranks() {
+        data.copy_from_host(r, &(0..LEN).map(|i| (i + 7 * r) as f32).collect::<Vec<_>>()).unwrap();
+    }
+    let mut out = SymBuffer::<f32>::new(&team, LEN).unwrap();
+    replay(&mut comm, |c| {
+        drop(c.all_reduce_with(&mut data, Op::Sum, Algorithm::TwoShot)?);
+        consume_into(c.team(), &data, &mut out)
+    });
+    let want: Vec<f32> = (0..LEN).map(|i| (2 * i + 7) as f32).collect();
+    for r in 0..2 {
+        assert_eq!(out.to_host(r).unwrap(), want, "rank {r}");
+    }
+}
+
+fn unsignalled_put_then_read(barrier: bool) -> Result<Vec<u32>, Error> {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let src = filled(&team, 1, LEN);
+    let mut dst = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    let mut out = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    let graph = comm
+        .capture(|c| {
+            drop(put_unsignalled::launch(c.team(), CONSUME, src.bytes(), dst.bytes_mut(), 0, 1)?);
+            if barrier {
+                drop(c.barrier()?);
+            }
+            drop(consume::launch(c.team(), CONSUME, dst.bytes(), out.bytes_mut())?);
+            Ok(())
+        })
+        .expect("capture");
+    graph.replay()?.wait()?;
+    drop(graph);
+    out.to_host(1)
+}
+
+#[test]
+fn a_barrier_orders_a_kernel_s_puts_before_the_next_kernel_s_reads() {
+    assert_eq!(unsignalled_put_then_read(true).unwrap(), pattern(1, 0, LEN));
+}
+
+#[test]
+fn without_the_barrier_the_checker_reports_the_read() {
+    let e = unsignalled_put_then_read(false).unwrap_err();
+    let errors = e.device_errors();
+    assert!(
+        errors.iter().any(|d| matches!(d, DeviceError::Race { rank: 1, writer, .. } if writer.rank == 0)),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_put_into_a_buffer_an_earlier_kernel_reads_needs_a_handshake() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let src = filled(&team, 1, LEN);
+    let mut dst = filled(&team, 2, LEN);
+    let mut out = SymBuffer::<u32>::new(&team, LEN).unwrap();
+    // Rank 1 reads its `dst` while rank 0 may already put into it: nothing orders the two kernels.
+    let graph = comm
+        .capture(|c| {
+            drop(consume::launch(c.team(), CONSUME, dst.bytes(), out.bytes_mut())?);
+            drop(put_unsignalled::launch(c.team(), CONSUME, src.bytes(), dst.bytes_mut(), 0, 1)?);
+            Ok(())
+        })
+        .expect("capture");
+    let e = graph.replay().and_then(|g| g.wait()).unwrap_err();
+    assert!(
+        e.device_errors()
+            .iter()
+            .any(|d| matches!(d, DeviceError::UnorderedPut { rank: 0, reader, .. } if reader.rank == 1)),
+        "{e}"
+    );
+}
