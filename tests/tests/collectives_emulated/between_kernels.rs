@@ -36,7 +36,11 @@ pub fn put_unsignalled(src: &[u8], dst: SymSliceMut<u8>, from: u32, to: u32) {
 
 const CONSUME: LaunchConfig = LaunchConfig::new(2, 32);
 
-fn consume_into<T: ferrocomm::DeviceCopy>(team: &Team, delivered: &SymBuffer<T>, out: &mut SymBuffer<T>) -> Result<(), CommError> {
+fn consume_into<T: ferrocomm::DeviceCopy>(
+    team: &Team,
+    delivered: &SymBuffer<T>,
+    out: &mut SymBuffer<T>,
+) -> Result<(), CommError> {
     consume::launch(team, CONSUME, delivered.bytes(), out.bytes_mut())?.wait()?;
     Ok(())
 }
@@ -173,10 +177,7 @@ fn a_barrier_orders_a_kernel_s_puts_before_the_next_kernel_s_reads() {
 fn without_the_barrier_the_checker_reports_the_read() {
     let e = unsignalled_put_then_read(false).unwrap_err();
     let errors = e.device_errors();
-    assert!(
-        errors.iter().any(|d| matches!(d, DeviceError::Race { rank: 1, writer, .. } if writer.rank == 0)),
-        "{e}"
-    );
+    assert!(errors.iter().any(|d| matches!(d, DeviceError::Race { rank: 1, writer, .. } if writer.rank == 0)), "{e}");
 }
 
 #[test]
@@ -201,4 +202,32 @@ fn a_put_into_a_buffer_an_earlier_kernel_reads_needs_a_handshake() {
             .any(|d| matches!(d, DeviceError::UnorderedPut { rank: 0, reader, .. } if reader.rank == 1)),
         "{e}"
     );
+}
+
+#[test]
+fn a_ping_pong_then_kernels_reading_what_each_side_received() {
+    // The flags' release/acquire order each payload before the flag that announces it, so a later kernel
+    // on either side may read its inbox.
+    use ferrocomm::SignalPadBuffer;
+    use ferrocomm_kernels::kernels::p2p;
+    use ferrocomm_kernels::layout::p2p_pad;
+
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let pad = SignalPadBuffer::new(&team, "ping", p2p_pad::SIGNALS).unwrap();
+    let bytes_of = |r: usize| -> Vec<u8> { (0..40).map(|i| (r * 50 + i) as u8).collect() };
+    let mut payload = SymBuffer::<u8>::new(&team, 40).unwrap();
+    for r in 0..2 {
+        payload.copy_from_host(r, &bytes_of(r)).unwrap();
+    }
+    let mut inbox = SymBuffer::<u8>::new(&team, 40).unwrap();
+    let mut times = SymBuffer::<u64>::new(&team, 2).unwrap();
+    let mut out = SymBuffer::<u8>::new(&team, 40).unwrap();
+    replay(&mut comm, |c| {
+        let one = LaunchConfig::single();
+        drop(p2p::ping_pong::launch(c.team(), one, &pad, &mut inbox, &payload, 0, 1, 5, &mut times)?);
+        consume_into(c.team(), &inbox, &mut out)
+    });
+    assert_eq!(out.to_host(0).unwrap(), bytes_of(1));
+    assert_eq!(out.to_host(1).unwrap(), bytes_of(0));
 }
