@@ -183,6 +183,7 @@ fn read_ll_lanes<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<LlPacket>, flag: u
                     (true, false) => Err(u64::from(packet.flag_hi)),
                 }
             },
+            crate::signal::SPIN_POLLS,
             p as u64,
             u64::from(flag),
             Cmp::Eq,

@@ -18,14 +18,14 @@ use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 use crate::sync::sync_threads;
 use crate::time::{globaltimer, nanosleep};
 
-/// Polls before a wait starts to sleep between polls: the fast path of a ping-pong.
-const SPIN_POLLS: u32 = 64;
+/// Polls before a wait starts to sleep between polls (see [`Signal::spin_wait_acquire`] for more).
+pub(crate) const SPIN_POLLS: u32 = 64;
 /// First and longest back-off between polls once sleeping.
 const MIN_BACKOFF_NS: u32 = 32;
 const MAX_BACKOFF_NS: u32 = 1024;
 
-/// Polls `poll` until it returns `Ok`, backing off with `nanosleep` and giving up after the launch's
-/// timeout: then records a timeout for the address `addr` (with `expected`, the last `Err` observed and
+/// Polls `poll` until it returns `Ok` — `spins` times in a tight loop, then backing off with `nanosleep`
+/// — and gives up after the launch's timeout: then records a timeout for the address `addr` (with `expected`, the last `Err` observed and
 /// `cmp`) and ends the thread. Between the back-off's polls it also reads the team's abort word (raised by
 /// a panic anywhere in the team): once raised, it records an `Aborted` wait and ends the thread. The spin
 /// polls before the back-off do neither, so a wait that succeeds early runs the same instructions as
@@ -33,6 +33,7 @@ const MAX_BACKOFF_NS: u32 = 1024;
 #[inline(always)]
 pub(crate) fn poll_until<R>(
     mut poll: impl FnMut() -> Result<R, u64>,
+    spins: u32,
     addr: u64,
     expected: u64,
     cmp: Cmp,
@@ -47,9 +48,9 @@ pub(crate) fn poll_until<R>(
             Ok(r) => return r,
             Err(observed) => observed,
         };
-        if polls < SPIN_POLLS {
+        if polls < spins {
             polls += 1;
-            if polls == SPIN_POLLS {
+            if polls == spins {
                 start = globaltimer();
                 abort = error::abort_word();
             }
@@ -160,7 +161,24 @@ impl Signal {
     #[inline(always)]
     #[track_caller]
     pub fn wait(self, cmp: Cmp, expected: u64) -> u64 {
-        self.poll(cmp, expected, Signal::load_acquire)
+        self.poll(cmp, expected, SPIN_POLLS, Signal::load_acquire)
+    }
+
+    /// [`Signal::wait`] that polls `spins` times in a tight loop before it starts to back off (the wait's
+    /// own default is 64): the fast path of a latency-critical wait such as a ping-pong's, which must not
+    /// sleep while a peer's round trip is under way.
+    #[inline(always)]
+    #[track_caller]
+    pub fn spin_wait_acquire(self, cmp: Cmp, expected: u64, spins: u32) -> u64 {
+        self.poll(cmp, expected, spins, Signal::load_acquire)
+    }
+
+    /// [`Signal::spin_wait_acquire`] polling with relaxed loads: nothing the sender wrote before is ordered
+    /// by it.
+    #[inline(always)]
+    #[track_caller]
+    pub fn spin_wait_relaxed(self, cmp: Cmp, expected: u64, spins: u32) -> u64 {
+        self.poll(cmp, expected, spins, Signal::load_relaxed)
     }
 
     /// [`Signal::wait`] polling with relaxed loads: nothing the sender wrote before is ordered by it (the
@@ -168,13 +186,13 @@ impl Signal {
     #[inline(always)]
     #[track_caller]
     pub fn wait_relaxed(self, cmp: Cmp, expected: u64) -> u64 {
-        self.poll(cmp, expected, Signal::load_relaxed)
+        self.poll(cmp, expected, SPIN_POLLS, Signal::load_relaxed)
     }
 
     /// Polls with `load` until `cmp` holds (the body of the waits).
     #[inline(always)]
     #[track_caller]
-    fn poll(self, cmp: Cmp, expected: u64, load: impl Fn(Signal) -> u64) -> u64 {
+    fn poll(self, cmp: Cmp, expected: u64, spins: u32, load: impl Fn(Signal) -> u64) -> u64 {
         let location = Location::caller();
         #[cfg(not(target_arch = "nvptx64"))]
         let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
@@ -183,6 +201,7 @@ impl Signal {
                 let v = load(self);
                 if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
             },
+            spins,
             self.ptr as u64,
             expected,
             cmp,

@@ -27,28 +27,20 @@ pub mod two_shot;
 
 use ferrocomm_device::prelude::*;
 
-/// Polls of a spin wait (a signal, or an LL vector's packets) before it falls back to the library wait
-/// (back-off and timeout): on the GPU long
-/// enough to cover a peer's round trip without ever sleeping on the latency-critical path; in the emulator
-/// short, because spinning host threads take the CPU from the threads they wait for.
+/// Polls of a spin wait (a signal, or an LL vector's packets) before it starts to back off: on the GPU
+/// long enough to cover a peer's round trip without ever sleeping on the latency-critical path; in the
+/// emulator short, because spinning host threads take the CPU from the threads they wait for.
 #[cfg(target_arch = "nvptx64")]
 pub(crate) const SPIN_POLLS: u32 = 1 << 14;
 #[cfg(not(target_arch = "nvptx64"))]
 pub(crate) const SPIN_POLLS: u32 = 64;
 
-/// Waits until `signal >= value` (acquire), first in a tight loop with no back-off — the ping-pong's fast
-/// path — then with [`Signal::wait_ge`], which backs off and times out.
+/// Waits until `signal >= value` (acquire), first [`SPIN_POLLS`] times in a tight loop with no back-off —
+/// the ping-pong's fast path — then backing off until the timeout, as every wait does.
 #[inline(always)]
 #[track_caller]
 pub(crate) fn spin_wait_ge(signal: Signal, value: u64) {
-    let mut polls = 0;
-    while polls < SPIN_POLLS {
-        if signal.load_acquire() >= value {
-            return;
-        }
-        polls += 1;
-    }
-    signal.wait_ge(value);
+    signal.spin_wait_acquire(Cmp::Ge, value, SPIN_POLLS);
 }
 
 /// Whether this thread speaks for peer `t` of the block's signalling: thread `t` of the block handles peer
