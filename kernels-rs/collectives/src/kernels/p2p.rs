@@ -29,12 +29,18 @@ fn route(shift: u32, active: u32) -> Route {
     Route { to: is_active(rank).then_some((rank + shift) % world), from: is_active(from).then_some(from) }
 }
 
-/// The ping-pong's sequence base: iterations every rank has run so far, so flag values only grow. Every
-/// rank advances it by `iters` (participants or not), keeping it equal on all ranks; the barrier first lets
-/// every thread of the block read the old base.
+/// The ping-pong's sequence base: iterations every rank has run so far, so flag values only grow. Thread 0
+/// of block 0 reads it (the LL ping-pong's other lanes get it from lane 0 with a shuffle) and, once its
+/// iterations are done, advances it by `iters` (participants or not), keeping it equal on all ranks. No
+/// other thread reads it, so no barrier has to hold the advance back until they have.
+#[inline(always)]
+fn sequence_base(session: &Session) -> u64 {
+    if block_rank() == 0 && thread_rank() == 0 { session.local(p2p_pad::SEQUENCE).load_relaxed() } else { 0 }
+}
+
+/// Thread 0 of block 0 advances the sequence base it read (see [`sequence_base`]).
 #[inline(always)]
 fn advance_sequence(session: &Session, base: u64, iters: u32) {
-    sync_threads();
     if block_rank() == 0 && thread_rank() == 0 {
         session.local(p2p_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
     }
@@ -58,7 +64,7 @@ pub fn ping_pong(
 ) {
     let rank = team::rank();
     let session = pad.session();
-    let base = session.local(p2p_pad::SEQUENCE).load_relaxed();
+    let base = sequence_base(&session);
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
         let ch = session.channel(if rank == initiator { responder } else { initiator });
         let (mine, theirs) = (ch.inbox(p2p_pad::PING), ch.signal(p2p_pad::PING));
@@ -103,8 +109,9 @@ pub fn ping_pong_ll(
 ) {
     let rank = team::rank();
     let session = pad.session();
-    let base = session.local(p2p_pad::SEQUENCE).load_relaxed();
+    let base = sequence_base(&session);
     if block_rank() == 0 && warp_id() == 0 && (rank == initiator || rank == responder) {
+        let base = shfl_idx_sync(warp_mask(), base, 0);
         let ch = session.channel(if rank == initiator { responder } else { initiator });
         // An empty payload still travels as one packet: the flag is the message.
         let empty = [0u8; 8];

@@ -50,11 +50,17 @@ fn descriptor(src: &[u8], dst: &SymSliceMut<u8>, pad: &SignalPad, peer: u32, val
     }
 }
 
-/// Every rank advances its sequence base by `iters` (participants or not), so signal values only grow and
-/// stay equal across ranks; the barrier first lets every thread of the block read the old base.
+/// This rank's sequence base, read by thread 0 of block 0, the only thread that uses it: every rank
+/// advances it by `iters` (participants or not), so signal values only grow and stay equal across ranks.
+/// No other thread reads it, so no barrier has to hold the advance back until they have.
+#[inline(always)]
+fn sequence_base(pad: &SignalPad) -> u64 {
+    if block_rank() == 0 && thread_rank() == 0 { pad.local(proxy_pad::SEQUENCE).load_relaxed() } else { 0 }
+}
+
+/// Thread 0 of block 0 advances the sequence base it read (see [`sequence_base`]).
 #[inline(always)]
 fn advance_sequence(pad: &SignalPad, base: u64, iters: u32) {
-    sync_threads();
     if block_rank() == 0 && thread_rank() == 0 {
         pad.local(proxy_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
     }
@@ -79,7 +85,7 @@ pub fn proxy_ping_pong(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = pad.local(proxy_pad::SEQUENCE).load_relaxed();
+    let base = sequence_base(&pad);
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
         let peer = if rank == initiator { responder } else { initiator };
         let arrived = pad.local(proxy_pad::arrived(peer as usize));
@@ -122,7 +128,7 @@ pub fn proxy_put(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = pad.local(proxy_pad::SEQUENCE).load_relaxed();
+    let base = sequence_base(&pad);
     let last = base + u64::from(iters);
     if block_rank() == 0 && thread_rank() == 0 {
         if rank == from {
