@@ -9,7 +9,8 @@
 //!
 //! One [`launch`](fn@launch) runs one rank's grid; a [`TeamLaunch`] runs every rank
 //! of a team (one `run_rank` per rank, on concurrent threads), so several emulated GPUs run at once, each
-//! with its own memory — the host runtime's emulated teams launch that way.
+//! with its own memory; a [`Timeline`] makes consecutive team launches one team's, so the checker follows
+//! ordering from one launch to the next — the host runtime's emulated teams launch that way.
 //!
 //! A checker watches every launch (module `check`; off with `FERROCOMM_EMU_CHECK=0`) and records, like a
 //! timeout, the bugs a GPU would not report: a put's destination read before waiting on the signal that
