@@ -6,10 +6,11 @@
 //! do not, the next barrier on the pad compares against counts from different launches: it passes at once
 //! on one rank (a barrier that synchronises nothing) or waits for ever on another.
 //!
-//! The checker logs, per pad and rank, the epoch when the rank first used the pad in the launch and each
-//! block's `advance_epoch` calls with their call site; at the end of the launch it compares every rank's
-//! epoch advance (read from the pad's memory, so a rank that never touched the pad counts as zero) and the
-//! blocks' calls. A pad is known by rank 0's base address, the same in every rank's peer table.
+//! The checker logs, per pad and rank, the epoch when the rank first used the pad in the launch, the epoch
+//! when the rank's grid ended (read from the pad's memory then: the rank's stream may already run its next
+//! kernel when the last rank ends) and each block's `advance_epoch` calls with their call site; at the end
+//! of the launch it compares every rank's epoch advance (a rank that never touched the pad counts as zero)
+//! and the blocks' calls. A pad is known by rank 0's base address, the same in every rank's peer table.
 
 use std::collections::HashMap;
 use std::panic::Location;
@@ -26,6 +27,8 @@ struct RankLog {
     block_calls: Vec<u32>,
     /// The last `advance_epoch` call site.
     site: Option<&'static Location<'static>>,
+    /// The pad's epoch when this rank's grid ended.
+    end: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -114,11 +117,29 @@ impl PadLogs {
             },
             block_calls: vec![0; blocks as usize],
             site: None,
+            end: None,
         });
         if let Some(site) = advance {
             log.site = Some(site);
             if thread0 && let Some(n) = log.block_calls.get_mut(linear_block as usize) {
                 *n += 1;
+            }
+        }
+    }
+
+    /// Rank `rank`'s grid has ended: the epochs of the pads it used are read now, before its next kernel
+    /// advances them.
+    ///
+    /// # Safety
+    ///
+    /// Every pad touched is still live.
+    pub(crate) unsafe fn rank_ended(&mut self, rank: u32) {
+        for pad in self.pads.values_mut() {
+            // SAFETY: the pad is live (the caller) and its table has an entry per rank.
+            let base = unsafe { base_of(pad.table, rank as usize) };
+            if let Some(Some(log)) = pad.ranks.get_mut(rank as usize) {
+                // SAFETY: rank `rank`'s copy of the live pad.
+                log.end = Some(unsafe { epoch_at(base, pad.slot) });
             }
         }
     }
@@ -158,10 +179,11 @@ impl PadLogs {
                     if failed.get(r).copied().unwrap_or(true) {
                         return None;
                     }
-                    // SAFETY: rank `r`'s copy of the live pad.
-                    let end = unsafe { epoch_at(base(r), pad.slot) };
-                    let start = pad.ranks[r].as_ref().map_or(end, |l| l.start);
-                    Some(end.wrapping_sub(start))
+                    Some(pad.ranks[r].as_ref().map_or(0, |l| {
+                        // SAFETY: rank `r`'s copy of the live pad (read here only if its end was not).
+                        let end = l.end.unwrap_or_else(|| unsafe { epoch_at(base(r), pad.slot) });
+                        end.wrapping_sub(l.start)
+                    }))
                 })
                 .collect();
             let Some(most) = majority(deltas.iter().flatten().copied()) else { continue };

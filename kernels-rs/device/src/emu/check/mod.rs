@@ -205,8 +205,11 @@ impl Checker {
         }
     }
 
-    /// Rank `rank`'s grid has ended: its stream, and the accesses it knew of, remember it.
+    /// Rank `rank`'s grid has ended: its pads' epochs are read, and its stream, and the accesses it knew
+    /// of, remember it.
     pub(crate) fn rank_ended(&self, rank: u32) {
+        // SAFETY: the pads are kernel arguments, live until the host sees the launch end.
+        unsafe { lock(&self.pads).rank_ended(rank) };
         let Some(known) = self.ends.get(rank as usize).and_then(|e| lock(e).take()) else {
             // No thread ran (the launch failed to start): nothing new is known.
             return;
