@@ -13,6 +13,8 @@
 use crate::abi::{
     Cmp, ERROR_CAPACITY, ERROR_FILE_BYTES, ERROR_KIND_SLOTS, ERROR_MESSAGE_BYTES, ErrorBuffer, ErrorKind, ErrorRecord,
 };
+#[cfg(target_arch = "nvptx64")]
+use crate::atomic::GpuAtomicU64;
 use crate::atomic::{GpuAtomicU32, SysAtomicU32};
 use crate::ctx;
 use crate::index;
@@ -186,10 +188,46 @@ fn raise_abort() {
     }
 }
 
+/// The address of this rank's abort word as [`abort_word`] last read it from the error buffer, with bit 0
+/// set once it was read (an abort word is 4-byte aligned, and a team without one caches the null address as
+/// 1). A global of the module: each rank of a team loads its own instance of the module, after the host has
+/// written the address into that rank's error buffer, and the host never changes it while the team lives,
+/// so the copy never goes stale.
+#[cfg(target_arch = "nvptx64")]
+static mut ABORT_WORD_CACHE: u64 = 0;
+
 /// This rank's abort word, read once when a wait turns to its slow path (null: the team has none).
+///
+/// Its address is in the error buffer, which the CUDA backend keeps in pinned host memory: a read of it
+/// crosses PCIe, and when every thread waiting in a launch turned to its back-off at about the same time
+/// those reads held each wait up by tens of microseconds — on one H200, a 32 MiB `put_signal` took 90 µs
+/// instead of 27, its receivers stalled there long after the data had landed. So on the GPU the first read
+/// in a module instance is copied into `ABORT_WORD_CACHE` (device memory, an L2 hit afterwards) and every
+/// later wait of every launch takes the copy; only the first wait of the instance to back off reads the
+/// host's buffer.
 #[cold]
 #[inline(never)]
 pub(crate) fn abort_word() -> *mut u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: a global of this module instance (device memory), only ever accessed atomically.
+        let cache = unsafe { GpuAtomicU64::from_ptr(&raw mut ABORT_WORD_CACHE) };
+        let cached = cache.load_relaxed();
+        if cached != 0 {
+            return (cached & !1) as usize as *mut u32;
+        }
+        let word = abort_word_of_buffer();
+        // Racing first readers store the same value.
+        cache.store_relaxed(word as usize as u64 | 1);
+        word
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    abort_word_of_buffer()
+}
+
+/// This rank's abort word as the error buffer gives it (null: no buffer, or the team has no word).
+#[inline(always)]
+fn abort_word_of_buffer() -> *mut u32 {
     let errors: *mut ErrorBuffer = ctx::error_buffer();
     if errors.is_null() {
         return core::ptr::null_mut();
