@@ -154,8 +154,18 @@ impl ThreadClock {
         {
             return true;
         }
-        self.knows_end(s.rank, s.launch)
-            || (0..64).filter(|r| s.knowers & (1 << r) != 0).any(|r| self.knows_end(r, s.launch))
+        if self.knows_end(s.rank, s.launch) {
+            return true;
+        }
+        // The set bits only: this runs for every tracked access of an earlier launch.
+        let mut knowers = s.knowers;
+        while knowers != 0 {
+            if self.knows_end(knowers.trailing_zeros(), s.launch) {
+                return true;
+            }
+            knowers &= knowers - 1;
+        }
+        false
     }
 
     /// An acquire that synchronises with a release that published `other` (a clock of this launch).

@@ -135,11 +135,10 @@ impl PadLogs {
     /// Every pad touched is still live.
     pub(crate) unsafe fn rank_ended(&mut self, rank: u32) {
         for pad in self.pads.values_mut() {
-            // SAFETY: the pad is live (the caller) and its table has an entry per rank.
-            let base = unsafe { base_of(pad.table, rank as usize) };
             if let Some(Some(log)) = pad.ranks.get_mut(rank as usize) {
-                // SAFETY: rank `rank`'s copy of the live pad.
-                log.end = Some(unsafe { epoch_at(base, pad.slot) });
+                // SAFETY: the pad is live (the caller), its table has an entry per rank, and this is rank
+                // `rank`'s copy.
+                log.end = Some(unsafe { epoch_at(base_of(pad.table, rank as usize), pad.slot) });
             }
         }
     }

@@ -289,14 +289,11 @@ impl Checker {
             cmp: u32::try_from(c.bytes).unwrap_or(u32::MAX),
             loc: Some(mine.loc),
         };
-        let (theirs, when) = match (late_write, other.launch == self.layout.launch) {
-            (true, _) => {
-                ("read", format!(" in launch {} of the team (this is launch {})", other.launch, self.layout.launch))
-            }
-            (false, true) => ("write", String::new()),
-            (false, false) => {
-                ("write", format!(" in launch {} of the team (this is launch {})", other.launch, self.layout.launch))
-            }
+        let theirs = if late_write { "read" } else { "write" };
+        let when = if other.launch == self.layout.launch {
+            String::new()
+        } else {
+            format!(" in launch {} of the team (this is launch {})", other.launch, self.layout.launch)
         };
         let l = other.loc;
         let detail = format!(
