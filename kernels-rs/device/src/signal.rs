@@ -25,8 +25,8 @@ const MIN_BACKOFF_NS: u32 = 32;
 const MAX_BACKOFF_NS: u32 = 1024;
 
 /// Polls `poll` until it returns `Ok` — `spins` times in a tight loop, then backing off with `nanosleep`
-/// — and gives up after the launch's timeout: then records a timeout for the address `addr` (with `expected`, the last `Err` observed and
-/// `cmp`) and ends the thread. Between the back-off's polls it also reads the team's abort word (raised by
+/// — and gives up after the launch's timeout: then records a timeout for the address `addr` (with
+/// `expected`, the last `Err` observed and `cmp`) and ends the thread. Between the back-off's polls it also reads the team's abort word (raised by
 /// a panic anywhere in the team): once raised, it records an `Aborted` wait and ends the thread. The spin
 /// polls before the back-off do neither, so a wait that succeeds early runs the same instructions as
 /// without them.

@@ -43,6 +43,24 @@ pub(crate) fn spin_wait_ge(signal: Signal, value: u64) {
     signal.spin_wait_acquire(Cmp::Ge, value, SPIN_POLLS);
 }
 
+/// The sequence base of the ping-pong and proxy kernels, `sequence` (this rank's own signal): iterations
+/// every rank has run so far, so their flag values only grow. Thread 0 of block 0 reads it (the LL
+/// ping-pong's other lanes get it from lane 0 with a shuffle) and, once its iterations are done, advances
+/// it by `iters` ([`advance_sequence`], participants or not), keeping it equal on all ranks. No other
+/// thread reads it, so no barrier has to hold the advance back until they have.
+#[inline(always)]
+pub(crate) fn sequence_base(sequence: Signal) -> u64 {
+    if block_rank() == 0 && thread_rank() == 0 { sequence.load_relaxed() } else { 0 }
+}
+
+/// Thread 0 of block 0 advances the sequence base it read (see [`sequence_base`]).
+#[inline(always)]
+pub(crate) fn advance_sequence(sequence: Signal, base: u64, iters: u32) {
+    if block_rank() == 0 && thread_rank() == 0 {
+        sequence.set_relaxed(base + u64::from(iters));
+    }
+}
+
 /// Whether this thread speaks for peer `t` of the block's signalling: thread `t` of the block handles peer
 /// `t`'s signals, so the waits on different peers overlap.
 #[inline(always)]

@@ -8,7 +8,7 @@ use ferrocomm_device::kernel;
 use ferrocomm_device::ll::ll_flag;
 use ferrocomm_device::prelude::*;
 
-use super::spin_wait_ge;
+use super::{advance_sequence, sequence_base, spin_wait_ge};
 use crate::layout::{p2p_pad, share};
 
 /// Where a rank stands in a route.
@@ -29,23 +29,6 @@ fn route(shift: u32, active: u32) -> Route {
     Route { to: is_active(rank).then_some((rank + shift) % world), from: is_active(from).then_some(from) }
 }
 
-/// The ping-pong's sequence base: iterations every rank has run so far, so flag values only grow. Thread 0
-/// of block 0 reads it (the LL ping-pong's other lanes get it from lane 0 with a shuffle) and, once its
-/// iterations are done, advances it by `iters` (participants or not), keeping it equal on all ranks. No
-/// other thread reads it, so no barrier has to hold the advance back until they have.
-#[inline(always)]
-fn sequence_base(session: &Session) -> u64 {
-    if block_rank() == 0 && thread_rank() == 0 { session.local(p2p_pad::SEQUENCE).load_relaxed() } else { 0 }
-}
-
-/// Thread 0 of block 0 advances the sequence base it read (see [`sequence_base`]).
-#[inline(always)]
-fn advance_sequence(session: &Session, base: u64, iters: u32) {
-    if block_rank() == 0 && thread_rank() == 0 {
-        session.local(p2p_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
-    }
-}
-
 /// Ping-pong between `initiator` and `responder` with release/acquire flags, timed on the device.
 ///
 /// One thread per rank. Iteration `i`: the initiator puts `payload` into the responder's `inbox`, raises
@@ -64,7 +47,7 @@ pub fn ping_pong(
 ) {
     let rank = team::rank();
     let session = pad.session();
-    let base = sequence_base(&session);
+    let base = sequence_base(session.local(p2p_pad::SEQUENCE));
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
         let ch = session.channel(if rank == initiator { responder } else { initiator });
         let (mine, theirs) = (ch.inbox(p2p_pad::PING), ch.signal(p2p_pad::PING));
@@ -85,7 +68,7 @@ pub fn ping_pong(
         out[0] = elapsed;
         out[1] = u64::from(iters);
     }
-    advance_sequence(&session, base, iters);
+    advance_sequence(session.local(p2p_pad::SEQUENCE), base, iters);
 }
 
 /// Ping-pong with LL packets: data and flag travel in the same 16-byte stores, so no fence and no separate
@@ -109,7 +92,7 @@ pub fn ping_pong_ll(
 ) {
     let rank = team::rank();
     let session = pad.session();
-    let base = sequence_base(&session);
+    let base = sequence_base(session.local(p2p_pad::SEQUENCE));
     if block_rank() == 0 && warp_id() == 0 && (rank == initiator || rank == responder) {
         let base = shfl_idx_sync(warp_mask(), base, 0);
         let ch = session.channel(if rank == initiator { responder } else { initiator });
@@ -137,7 +120,7 @@ pub fn ping_pong_ll(
             out[1] = u64::from(iters);
         }
     }
-    advance_sequence(&session, base, iters);
+    advance_sequence(session.local(p2p_pad::SEQUENCE), base, iters);
 }
 
 /// Put with signal: each active rank copies `src` into the start of its target's `dst`, block `b` moving

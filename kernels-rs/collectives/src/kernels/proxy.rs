@@ -15,7 +15,7 @@ use ferrocomm_device::kernel;
 use ferrocomm_device::prelude::*;
 use ferrocomm_device::queue::HostQueues;
 
-use super::spin_wait_ge;
+use super::{advance_sequence, sequence_base, spin_wait_ge};
 use crate::layout::MAX_WORLD;
 pub use crate::layout::ProxyDescriptor;
 
@@ -50,22 +50,6 @@ fn descriptor(src: &[u8], dst: &SymSliceMut<u8>, pad: &SignalPad, peer: u32, val
     }
 }
 
-/// This rank's sequence base, read by thread 0 of block 0, the only thread that uses it: every rank
-/// advances it by `iters` (participants or not), so signal values only grow and stay equal across ranks.
-/// No other thread reads it, so no barrier has to hold the advance back until they have.
-#[inline(always)]
-fn sequence_base(pad: &SignalPad) -> u64 {
-    if block_rank() == 0 && thread_rank() == 0 { pad.local(proxy_pad::SEQUENCE).load_relaxed() } else { 0 }
-}
-
-/// Thread 0 of block 0 advances the sequence base it read (see [`sequence_base`]).
-#[inline(always)]
-fn advance_sequence(pad: &SignalPad, base: u64, iters: u32) {
-    if block_rank() == 0 && thread_rank() == 0 {
-        pad.local(proxy_pad::SEQUENCE).set_relaxed(base + u64::from(iters));
-    }
-}
-
 /// Ping-pong through the proxy, timed on the device. One thread per rank.
 ///
 /// Iteration `i`: the initiator pushes a put of `payload` into the responder's `inbox` with signal value
@@ -85,7 +69,7 @@ pub fn proxy_ping_pong(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = sequence_base(&pad);
+    let base = sequence_base(pad.local(proxy_pad::SEQUENCE));
     if block_rank() == 0 && thread_rank() == 0 && (rank == initiator || rank == responder) {
         let peer = if rank == initiator { responder } else { initiator };
         let arrived = pad.local(proxy_pad::arrived(peer as usize));
@@ -106,7 +90,7 @@ pub fn proxy_ping_pong(
             out[1] = u64::from(iters);
         }
     }
-    advance_sequence(&pad, base, iters);
+    advance_sequence(pad.local(proxy_pad::SEQUENCE), base, iters);
 }
 
 /// Back-to-back puts through the proxy, timed on the device. One thread per rank.
@@ -128,7 +112,7 @@ pub fn proxy_put(
     out: &mut [u64],
 ) {
     let rank = team::rank();
-    let base = sequence_base(&pad);
+    let base = sequence_base(pad.local(proxy_pad::SEQUENCE));
     let last = base + u64::from(iters);
     if block_rank() == 0 && thread_rank() == 0 {
         if rank == from {
@@ -145,7 +129,7 @@ pub fn proxy_put(
             pad.peer(from, proxy_pad::ACK).set_release(last);
         }
     }
-    advance_sequence(&pad, base, iters);
+    advance_sequence(pad.local(proxy_pad::SEQUENCE), base, iters);
 }
 
 /// Writes this GPU's `%globaltimer` into `stamps[slot]`: captured before and after the operations of a
