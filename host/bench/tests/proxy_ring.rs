@@ -60,7 +60,7 @@ fn index_math() {
 struct Recorder(Arc<Mutex<Vec<(u32, u64)>>>);
 
 impl CopyEngine for Recorder {
-    fn issue(&mut self, d: &ProxyDescriptor) -> Result<(), String> {
+    fn issue(&mut self, d: &ProxyDescriptor, _issued: Option<&ferrocomm_device::emu::Issued>) -> Result<(), String> {
         self.0.lock().unwrap().push((d.src_rank, d.value));
         if d.value.is_multiple_of(64) {
             std::thread::sleep(Duration::from_micros(200));

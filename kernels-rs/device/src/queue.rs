@@ -198,6 +198,9 @@ impl<T: DeviceCopy> Producer<T> {
         // `T` fits a slot); the consumer popped the slot's previous descriptor (acquire of `tail` above) and
         // reads this one only after the release of `head` below.
         unsafe { write_slot(self.slots.add(slot * SLOT_BYTES).cast::<T>(), d) };
+        // The emulator's checker keeps what this thread knows for the proxy that will serve the slot.
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::emu::check::queued(self.slots as usize + slot * SLOT_BYTES);
         self.next += 1;
         self.head.store_release(self.next);
     }

@@ -231,3 +231,37 @@ fn a_ping_pong_then_kernels_reading_what_each_side_received() {
     assert_eq!(out.to_host(0).unwrap(), bytes_of(1));
     assert_eq!(out.to_host(1).unwrap(), bytes_of(0));
 }
+
+#[test]
+fn proxied_puts_then_a_kernel_reading_what_landed() {
+    // A host proxy copies for the pushing thread (on the emulator a `memcpy` and a release store): the
+    // receiver's wait on the last put's signal orders the copies before its later kernels.
+    use std::sync::Arc;
+
+    use ferrocomm::SignalPadBuffer;
+    use ferrocomm_bench::ferro::proxy_thread::{HostEngine, Proxy};
+    use ferrocomm_bench::ferro::ring::Rings;
+    use ferrocomm_kernels::kernels::proxy::{proxy_pad, proxy_put};
+
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let rings = Arc::new(Rings::host(2, 4).unwrap());
+    // SAFETY: the proxy serves `rings` only while this test's buffers live; the kernel puts between them
+    // and signals into `pad`, all host memory on an emulated team.
+    let _proxy = Proxy::start(Arc::clone(&rings), Box::new(unsafe { HostEngine::new() })).unwrap();
+    let pad = SignalPadBuffer::new(&team, "proxy", proxy_pad::SIGNALS).unwrap();
+    let bytes_of = |r: usize| -> Vec<u8> { (0..LEN).map(|i| (r * 7 + i) as u8).collect() };
+    let mut src = SymBuffer::<u8>::new(&team, LEN).unwrap();
+    for r in 0..2 {
+        src.copy_from_host(r, &bytes_of(r)).unwrap();
+    }
+    let mut dst = SymBuffer::<u8>::new(&team, LEN).unwrap();
+    let mut times = SymBuffer::<u64>::new(&team, 2).unwrap();
+    let mut out = SymBuffer::<u8>::new(&team, LEN).unwrap();
+    replay(&mut comm, |c| {
+        let one = LaunchConfig::single();
+        drop(proxy_put::launch(c.team(), one, rings.param(), &pad, &src, &mut dst, 0, 1, 3, &mut times)?);
+        consume_into(c.team(), &dst, &mut out)
+    });
+    assert_eq!(out.to_host(1).unwrap(), bytes_of(0));
+}

@@ -193,7 +193,7 @@ fn choose_signal_path(team: &Team, engine: &mut CudaEngine) -> Result<(), Backen
         engine.set_path(path);
         let value = 0x0b5e_55ed + i as u64;
         let d = ProxyDescriptor { signal, value, src_rank: 0, dst_rank: 1, ..ProxyDescriptor::default() };
-        match engine.issue(&d).and_then(|()| engine.quiesce()) {
+        match engine.issue(&d, None).and_then(|()| engine.quiesce()) {
             Ok(()) => match probe.to_host(1).map_err(runtime(Mode::Proxy))?[0] {
                 v if v == value => return Ok(()),
                 v => tried.push(format!("{path:?}: the probe read {v:#x}, not {value:#x}")),

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, result};
+use ferrocomm_device::emu::Issued;
 use ferrocomm_kernels::kernels::proxy::ProxyDescriptor;
 
 use super::ring::Rings;
@@ -28,8 +29,9 @@ const IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// What the proxy does with one descriptor.
 pub trait CopyEngine: Send {
     /// Starts the copy of `d`, then the store of `d.value` into `d.signal`, ordered after the copy (the
-    /// signal must never be seen before the data).
-    fn issue(&mut self, d: &ProxyDescriptor) -> Result<(), String>;
+    /// signal must never be seen before the data). `issued`: what the emulator's checker saw of the push of
+    /// `d` (an emulated kernel's descriptor), for an engine that tells the checker what it does.
+    fn issue(&mut self, d: &ProxyDescriptor, issued: Option<&Issued>) -> Result<(), String>;
 
     /// Waits until everything issued so far has completed.
     fn quiesce(&mut self) -> Result<(), String>;
@@ -76,14 +78,28 @@ impl HostEngine {
 }
 
 impl CopyEngine for HostEngine {
-    fn issue(&mut self, d: &ProxyDescriptor) -> Result<(), String> {
-        if d.bytes > 0 {
-            // SAFETY: `new`'s contract: both ranges are live and not accessed meanwhile.
-            unsafe { std::ptr::copy(d.src as usize as *const u8, d.dst as usize as *mut u8, d.bytes as usize) };
-        }
+    fn issue(&mut self, d: &ProxyDescriptor, issued: Option<&Issued>) -> Result<(), String> {
+        let (src, dst, bytes) = (d.src as usize, d.dst as usize, d.bytes as usize);
+        // SAFETY: `new`'s contract: both ranges are live and not accessed meanwhile.
+        let copy = || unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes) };
         // SAFETY: `new`'s contract: an aligned, live `u64` accessed only atomically.
         let signal = unsafe { AtomicU64::from_ptr(d.signal as usize as *mut u64) };
-        signal.store(d.value, Ordering::Release);
+        let raise = || signal.store(d.value, Ordering::Release);
+        // The checker sees the copy and the signal as the pushing kernel thread's put with signal.
+        match issued {
+            Some(issued) => {
+                if bytes > 0 {
+                    issued.copy(src, dst, bytes, copy);
+                }
+                issued.signal(d.signal as usize, raise);
+            }
+            None => {
+                if bytes > 0 {
+                    copy();
+                }
+                raise();
+            }
+        }
         Ok(())
     }
 
@@ -163,7 +179,7 @@ fn drv(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
 }
 
 impl CopyEngine for CudaEngine {
-    fn issue(&mut self, d: &ProxyDescriptor) -> Result<(), String> {
+    fn issue(&mut self, d: &ProxyDescriptor, _issued: Option<&Issued>) -> Result<(), String> {
         let (src, dst) = (d.src_rank as usize, d.dst_rank as usize);
         let stream = Self::pair(&self.copy, src, dst)?;
         let (on_src, on_dst) = (&self.ctxs[src], &self.ctxs[dst]);
@@ -322,7 +338,8 @@ fn serve(rings: &Rings, engine: &mut dyn CopyEngine, shared: &Shared) -> Result<
                 // Counted before the copy raises its completion signal: a kernel that saw its puts complete
                 // (and the host that waited for it) must see them counted.
                 shared.served.fetch_add(1, Ordering::Release);
-                engine.issue(&d).map_err(|e| format!("descriptor {tail} of rank {rank}: {e}"))?;
+                let issued = rings.issued(rank, *tail);
+                engine.issue(&d, issued.as_ref()).map_err(|e| format!("descriptor {tail} of rank {rank}: {e}"))?;
                 *tail += 1;
                 rings.publish_tail(rank, *tail);
                 busy = true;

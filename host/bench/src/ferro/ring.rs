@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{CudaContext, result};
+use ferrocomm_device::emu::Issued;
 use ferrocomm_device::queue::{HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_slot};
 use ferrocomm_kernels::kernels::proxy::ProxyDescriptor;
 
@@ -192,6 +193,16 @@ impl Rings {
         let slot = ring_slot(seq, self.depth as u64) as usize;
         // SAFETY: `slot < depth`, so the slot lies inside rank `rank`'s ring of `stride` bytes.
         unsafe { self.ptr.add(rank * self.stride + RING_SLOTS + slot * SLOT_BYTES).cast() }
+    }
+
+    /// What the emulator's checker saw of the push of descriptor number `seq` of rank `rank` (`None` unless
+    /// a checked emulated kernel pushed it into these host rings; GPU rings have none to look up); taken
+    /// once, by the proxy that serves it.
+    pub fn issued(&self, rank: usize, seq: u64) -> Option<Issued> {
+        match self.owner {
+            Owner::Host(_) => Issued::take(self.slot_ptr(rank, seq).cast_const().cast()),
+            Owner::Cuda(_) => None,
+        }
     }
 
     /// A copy of descriptor number `seq` of rank `rank`. Call it only for `tail <= seq < head` (after the

@@ -58,6 +58,11 @@ pub(crate) struct Launch {
 const PRINTED_PANICS: u32 = 8;
 
 impl Launch {
+    /// The team launch this rank's grid is part of.
+    pub(crate) fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
     /// The checker watching the launch, if any.
     pub(crate) fn checker(&self) -> Option<&Checker> {
         self.session.checker.as_ref()

@@ -47,6 +47,7 @@ use std::time::Instant;
 
 use crate::abi::LaunchCtx;
 
+pub use check::Issued;
 pub(crate) use launch::exit_thread;
 pub use team::{TeamLaunch, Timeline};
 pub(crate) use warp::{Round, WarpError};

@@ -197,6 +197,17 @@ impl SyncVar {
         v
     }
 
+    /// A release store of scope `.sys` made for a thread of the launch laid out as `p.layout` by someone else
+    /// (a host proxy serving its put), publishing `p`; `store` writes the value.
+    pub(crate) fn publish(&self, p: Pub, store: impl FnOnce()) {
+        let mut st = lock(&self.state);
+        store();
+        st.written_in = p.layout.launch;
+        // A plain store starts a new release sequence.
+        st.published = vec![p];
+        st.version += 1;
+    }
+
     /// Whether an emulated thread wrote the address in launch `launch`.
     pub(crate) fn written_in(&self, launch: u32) -> bool {
         lock(&self.state).written_in == launch

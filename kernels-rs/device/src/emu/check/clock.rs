@@ -80,7 +80,7 @@ pub(crate) struct Stamp {
 
 /// One thread's view: the clock it has acquired and its own current epoch (kept apart so a release does not
 /// copy the vector until it must be published).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ThreadClock {
     gid: u32,
     base: Clock,

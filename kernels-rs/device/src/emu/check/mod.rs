@@ -32,9 +32,10 @@
 //! and recorded whole for the thread that speaks for its group, and sampled at each other thread's
 //! position), `PeerSlice::read`, `PeerSliceMut::read`, `PeerSliceMut::write` into another rank's copy (a put,
 //! element by element), and taking `SymSliceMut::local_slice`/`local_slice_mut` (a read of the whole copy for
-//! as long as the slice lives, as its contract says: take it after the wait). A rank's writes into its own
-//! copy (the owner preparing data is not a put), plain loads and stores through raw pointers, and LL packets
-//! (which carry their own flags) are not tracked.
+//! as long as the slice lives, as its contract says: take it after the wait), and a host proxy's copy and
+//! signal for a descriptor a kernel pushed into a host queue, as the pusher's put with signal ([`Issued`]).
+//! A rank's writes into its own copy (the owner preparing data is not a put), plain loads and stores through
+//! raw pointers, and LL packets (which carry their own flags) are not tracked.
 //!
 //! Launches of one team share a [`History`] (the host runtime's emulated teams keep one for their life):
 //! the shadow and the publications outlive a launch, and a launch's clocks know which ends of earlier
@@ -646,4 +647,69 @@ pub(crate) unsafe fn pad(raw: &RawSym<u64>, advance: Option<&'static Location<'s
             )
         };
     });
+}
+
+/// A descriptor a kernel thread pushed into a host queue (`ferrocomm_device::queue`), as the checker saw
+/// the push: a host proxy that serves it copies and signals on the pusher's behalf, as NVSHMEM's proxy does,
+/// so its copy is the pusher's put — stamped with the thread's epoch at the push — and its signal is a
+/// release of what the thread knew then. A kernel that waits on the signal (with acquire) knows the copy;
+/// one that reads the copy's destination without it is a race, as for a GPU-initiated put.
+#[derive(Debug)]
+pub struct Issued {
+    session: Arc<super::team::Session>,
+    clock: ThreadClock,
+    rank: u32,
+    place: Place,
+    loc: &'static Location<'static>,
+}
+
+/// Descriptors pushed and not yet taken by a proxy, by slot address.
+static ISSUED: Mutex<AddrMap<Issued>> = Mutex::new(HashMap::with_hasher(BuildHasherDefault::new()));
+
+/// The calling thread pushed a descriptor into the queue slot at `slot` (before it publishes the slot).
+#[track_caller]
+pub(crate) fn queued(slot: usize) {
+    let loc = Location::caller();
+    let issued = with(|_, t, tc| Issued {
+        session: Arc::clone(t.launch.session()),
+        clock: tc.clock.clone(),
+        rank: t.launch.ctx.rank,
+        place: place(t),
+        loc,
+    });
+    if let Some(issued) = issued {
+        lock(&ISSUED).insert(slot, issued);
+    }
+}
+
+impl Issued {
+    /// What the checker saw of the push of the descriptor in the queue slot at `slot`, if a checked
+    /// emulated kernel pushed it (the proxy takes it as it pops the slot).
+    pub fn take(slot: *const u8) -> Option<Issued> {
+        lock(&ISSUED).remove(&(slot as usize))
+    }
+
+    /// The proxy copies `bytes` bytes from `src` to `dst` for the pusher (`copy` moves them): the checker
+    /// sees the pusher read the source and put into the destination.
+    pub fn copy(&self, src: usize, dst: usize, bytes: usize, copy: impl FnOnce()) {
+        let Some(checker) = self.session.checker.as_ref() else { return copy() };
+        let me = (&self.clock, self.rank);
+        let mut out = Vec::new();
+        let shadow = &checker.history.shadow;
+        shadow.access(src, src.saturating_add(bytes), me, self.loc, Access::Read, true, &mut out);
+        shadow.access(dst, dst.saturating_add(bytes), me, self.loc, Access::Write, true, &mut out);
+        copy();
+        for c in &out {
+            checker.report_race(c);
+        }
+    }
+
+    /// Then raises the signal at `addr` (`store` writes it) with a `.sys` release of what the pusher knew
+    /// at the push, its copy included.
+    pub fn signal(&self, addr: usize, store: impl FnOnce()) {
+        let Some(checker) = self.session.checker.as_ref() else { return store() };
+        let var = Arc::clone(lock(&checker.history.syncvars).entry(addr).or_default());
+        let p = Pub { scope: Scope::Sys, at: self.place, clock: self.clock.current(), layout: self.clock.layout() };
+        var.publish(p, store);
+    }
 }
