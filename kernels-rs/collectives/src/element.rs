@@ -193,6 +193,12 @@ pub fn reduce_ranks<T: Element, O: ReduceOp>(
 /// `lo + t`, two per step so the loads of both are in flight together: `own(k)` loads this rank's vector
 /// `k`, `peer(p, k)` rank `p`'s, and `store(k, v)` takes the result. A thread stores only the vectors it
 /// loaded, so results may overwrite their inputs in place.
+///
+/// A step issues both vectors' loads of a rank before it combines them (this rank's two, then each
+/// peer's two): written as two [`reduce_ranks`] one after the other, the second vector's loads were
+/// issued only once the first vector's sums had waited for its loads (the compiler does not move loads
+/// across the partial-vector branches of each load and the loop over ranks), one load of a rank in
+/// flight per thread instead of two. The sums are those of [`reduce_ranks`], in the same rank order.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_strided<T: Element, O: ReduceOp>(
@@ -205,10 +211,21 @@ pub fn reduce_strided<T: Element, O: ReduceOp>(
 ) {
     let mut k = lo + t;
     while k + threads < hi {
-        let a = reduce_ranks::<T, O>(world, rank, own(k), |p| peer(p, k));
-        let b = reduce_ranks::<T, O>(world, rank, own(k + threads), |p| peer(p, k + threads));
-        store(k, a);
-        store(k + threads, b);
+        let (ka, kb) = (k, k + threads);
+        let (oa, ob) = (own(ka), own(kb));
+        // Rank order, as `reduce_ranks`: the same sums, two vectors at a time.
+        let mut acc = [[0.0f32; 8]; 2];
+        for p in 0..world {
+            let (va, vb) = if p == rank { (oa, ob) } else { (peer(p, ka), peer(p, kb)) };
+            if p == 0 {
+                acc = [T::unpack(va), T::unpack(vb)];
+            } else {
+                O::apply_lanes(&mut acc[0], &T::unpack(va));
+                O::apply_lanes(&mut acc[1], &T::unpack(vb));
+            }
+        }
+        store(ka, T::pack(acc[0]));
+        store(kb, T::pack(acc[1]));
         k += 2 * threads;
     }
     if k < hi {
