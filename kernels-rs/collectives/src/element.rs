@@ -198,7 +198,9 @@ pub fn reduce_ranks<T: Element, O: ReduceOp>(
 /// peer's two): written as two [`reduce_ranks`] one after the other, the second vector's loads were
 /// issued only once the first vector's sums had waited for its loads (the compiler does not move loads
 /// across the partial-vector branches of each load and the loop over ranks), one load of a rank in
-/// flight per thread instead of two. The sums are those of [`reduce_ranks`], in the same rank order.
+/// flight per thread instead of two. The sums are those of [`reduce_ranks`], in the same rank order. The
+/// step is written out rather than as a `reduce_ranks` over an array of vectors: that form kept its
+/// accumulators in local memory, and the two-shot all-reduce ran at half the speed (measured on one H200).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn reduce_strided<T: Element, O: ReduceOp>(

@@ -171,7 +171,8 @@ impl<'t> Communicator<'t> {
     }
 
     /// The two-shot's grid for `kernel` (elements of `elem_bytes`): `Tuning::threads` per block, or fewer
-    /// where the kernel's registers allow fewer (the `f32` two-shot, on sm_90, at most 480).
+    /// where the kernel's registers allow fewer (the driver's limit for the compiled kernel: on sm_90 a
+    /// kernel of more than 128 registers per thread fits at most 384).
     fn two_shot_config(
         &self,
         kernel: &'static ferrocomm::Kernel,
