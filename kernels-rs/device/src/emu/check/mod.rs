@@ -677,9 +677,11 @@ pub(crate) fn queued(slot: usize) {
         place: place(t),
         loc,
     });
-    if let Some(issued) = issued {
-        lock(&ISSUED).insert(slot, issued);
-    }
+    // An unchecked push leaves nothing of an earlier push of the slot behind for the proxy to take.
+    match issued {
+        Some(issued) => lock(&ISSUED).insert(slot, issued),
+        None => lock(&ISSUED).remove(&slot),
+    };
 }
 
 impl Issued {
