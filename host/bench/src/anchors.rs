@@ -81,6 +81,8 @@ pub fn parse_anchors(text: &str, world: usize) -> Vec<Measurement> {
                 sms_used: None,
                 queue_depth: None,
                 graph,
+                intra_gpu: false,
+                isolated: None,
             })
         })
         .collect()

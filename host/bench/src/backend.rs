@@ -63,6 +63,20 @@ pub trait Backend {
     /// Runs one trial and times it.
     fn run(&mut self, request: &Request) -> Result<Timing, BackendError>;
 
+    /// Runs `request.iters` isolated operations of `request.op` and returns each one's time, µs: every
+    /// operation between a one-thread kernel before it and one after it on every rank's stream (kernels
+    /// that do not start the next launch early), its time the longest rank's span between the two — what a
+    /// collective costs between two dependent compute kernels, complete on every rank. `None` where the mode
+    /// has no such series (the default), or for ping-pong, which is a latency already.
+    fn isolated(&mut self, _request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+        Ok(None)
+    }
+
+    /// Whether the ranks share GPUs (the one-GPU run), so that the figures are intra-GPU. False by default.
+    fn intra_gpu(&self) -> bool {
+        false
+    }
+
     /// The GPUs in use, "ordinal: name" by rank, for the report's header. Empty by default.
     fn devices(&self) -> Vec<String> {
         Vec::new()

@@ -10,12 +10,16 @@ use thiserror::Error;
 use crate::backend::{Backend, BackendError, Request};
 use crate::bandwidth::{algbw_gbps, busbw_gbps};
 use crate::cputime::CpuClock;
-use crate::model::{BenchData, Dtype, Measurement, Operation, Skipped};
+use crate::model::{BenchData, Dtype, Isolated, Measurement, Operation, Skipped};
 use crate::sizes::format_size;
 use crate::stats::{StatsError, Summary, iterations_for};
 
 /// Fewest operations in a timed trial, however large the message.
 pub const MIN_ITERS: u64 = 2;
+
+/// Fewest isolated operations a point times (each is one sample of its own, so a point's median is over
+/// at least this many, however large the message).
+pub const ISOLATED_OPS: u64 = 7;
 
 /// What to measure and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +96,18 @@ pub fn measure_point(
     }
     let host_cpu_us_per_op = clock.us_per_op(iters * hops(op) * u64::from(trials), waited);
     let summary = Summary::of(&samples)?;
+    let isolated = match backend.isolated(&Request { iters: iters.max(ISOLATED_OPS), ..request })? {
+        Some(times) => {
+            let spread = Summary::of(&times)?;
+            Some(Isolated {
+                median_us: spread.median,
+                min_us: spread.min,
+                max_us: spread.max,
+                samples: spread.count as u64,
+            })
+        }
+        None => None,
+    };
     let world = if op.is_collective() { backend.world() } else { 2 };
     Ok(Measurement {
         op,
@@ -111,6 +127,8 @@ pub fn measure_point(
         sms_used,
         queue_depth: backend.queue_depth(),
         graph,
+        intra_gpu: backend.intra_gpu(),
+        isolated,
     })
 }
 

@@ -258,6 +258,29 @@ pub struct Measurement {
     pub queue_depth: Option<u32>,
     /// Whether the operations were timed as CUDA-graph replay.
     pub graph: bool,
+    /// Whether the ranks shared a GPU (the one-GPU run: two ranks on one GPU), so that nothing crossed a
+    /// link between GPUs.
+    #[serde(default)]
+    pub intra_gpu: bool,
+    /// The same operation isolated: one at a time between dependent kernels, each timed alone and complete
+    /// on every rank (the longest rank), as a collective sits between two compute kernels of a model;
+    /// `None` where the mode does not time it.
+    #[serde(default)]
+    pub isolated: Option<Isolated>,
+}
+
+/// Time per operation of isolated operations: each between a kernel before it and one after it on every
+/// rank's stream, its time the longest rank's span between them. Median, min and max over the operations.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Isolated {
+    /// Median over the operations, µs.
+    pub median_us: f64,
+    /// Fastest operation, µs.
+    pub min_us: f64,
+    /// Slowest operation, µs.
+    pub max_us: f64,
+    /// Operations timed.
+    pub samples: u64,
 }
 
 impl Skipped {

@@ -24,7 +24,7 @@ use ferrocomm_device::{bf16, f16};
 use ferrocomm_kernels::{CommError, Communicator, Op, PingProtocol, Reducible, Route};
 
 use super::checks::{self, put_round_trip, unsupported_u8};
-use super::timed::Stamps;
+use super::timed::{Pattern, Stamps};
 use super::{LL_LABEL, PROCS_LABEL, PROCS_TITLE, bench_team, comm, describe_team, grid, iters_u32, runtime};
 use crate::backend::{Backend, BackendError, OpenConfig, Request, Timing};
 use crate::cputime::thread_cpu_time;
@@ -143,7 +143,8 @@ impl GpuBackend {
             return Ok(());
         }
         self.captured = None;
-        let recorded = workload(&mut self.comm, &mut self.stamps, self.team, request).map_err(comm(Mode::Gpu))?;
+        let recorded = workload(&mut self.comm, &mut self.stamps, self.team, request, Pattern::BackToBack)
+            .map_err(comm(Mode::Gpu))?;
         let Some(graph) = recorded else {
             return Err(BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() });
         };
@@ -170,7 +171,8 @@ impl GpuBackend {
         } else {
             // The host launches and waits for every call: that is this path's cost, so nothing is left out.
             self.captured = None;
-            workload(&mut self.comm, &mut self.stamps, self.team, request).map_err(comm(Mode::Gpu))?;
+            workload(&mut self.comm, &mut self.stamps, self.team, request, Pattern::BackToBack)
+                .map_err(comm(Mode::Gpu))?;
             (self.stamps.longest_ns(&ranks).map_err(stamp_error)?, Duration::ZERO, self.blocks(request))
         };
         let hops = if request.op == Operation::PingPong { 2 } else { 1 };
@@ -199,31 +201,32 @@ fn workload(
     stamps: &mut Stamps,
     team: &'static Team,
     request: &Request,
+    pattern: Pattern,
 ) -> Result<Option<TeamGraph<'static>>, CommError> {
     let (bytes, iters, world, graph) = (request.bytes as usize, request.iters, team.world(), request.graph);
     match request.op {
         Operation::PingPong => {
             let (a, mut b, mut c) =
                 (SymBuffer::new(team, bytes)?, SymBuffer::new(team, bytes)?, SymBuffer::new(team, bytes)?);
-            stamps.record(comm_, iters, graph, |comm_| put_round_trip(comm_, &a, &mut b, &mut c))
+            stamps.record(comm_, iters, graph, pattern, |comm_| put_round_trip(comm_, &a, &mut b, &mut c))
         }
         Operation::PutBandwidth => {
             let (src, mut dst) = (SymBuffer::<u8>::new(team, bytes)?, SymBuffer::<u8>::new(team, bytes)?);
-            stamps.record(comm_, iters, graph, |comm_| {
+            stamps.record(comm_, iters, graph, pattern, |comm_| {
                 Ok(comm_.put(&src, &mut dst, Route::Pair { from: 0, to: 1 })?.wait()?)
             })
         }
         Operation::AllReduce => match request.dtype {
-            Dtype::Bf16 => all_reduce::<bf16>(comm_, stamps, team, bytes, iters, graph),
-            Dtype::F16 => all_reduce::<f16>(comm_, stamps, team, bytes, iters, graph),
-            Dtype::F32 => all_reduce::<f32>(comm_, stamps, team, bytes, iters, graph),
+            Dtype::Bf16 => all_reduce::<bf16>(comm_, stamps, team, bytes, (iters, graph, pattern)),
+            Dtype::F16 => all_reduce::<f16>(comm_, stamps, team, bytes, (iters, graph, pattern)),
+            Dtype::F32 => all_reduce::<f32>(comm_, stamps, team, bytes, (iters, graph, pattern)),
             // `run` refuses u8 before capturing; the empty element type moves nothing.
             Dtype::U8 => Err(CommError::BadTuning { reason: "no u8 all-reduce".into() }),
         },
         Operation::AllGather => {
             let input = SymBuffer::<u8>::new(team, bytes / world)?;
             let mut output = SymBuffer::<u8>::new(team, bytes)?;
-            stamps.record(comm_, iters, graph, |comm_| Ok(comm_.all_gather(&input, &mut output)?.wait()?))
+            stamps.record(comm_, iters, graph, pattern, |comm_| Ok(comm_.all_gather(&input, &mut output)?.wait()?))
         }
         Operation::AllToAll => {
             // One row of `bytes / world` per destination: every rank sends chunk q of its buffer to rank q.
@@ -232,7 +235,7 @@ fn workload(
             let counts = SymBuffer::from_host(team, &vec![1u32; world])?;
             let mut recv = SymBuffer::<u8>::new(team, row * world)?;
             let mut recv_counts = SymBuffer::<u32>::new(team, world)?;
-            stamps.record(comm_, iters, graph, |comm_| {
+            stamps.record(comm_, iters, graph, pattern, |comm_| {
                 Ok(comm_.all_to_all(&send, &counts, &mut recv, &mut recv_counts, row, 1)?.wait()?)
             })
         }
@@ -245,11 +248,10 @@ fn all_reduce<T: Reducible>(
     stamps: &mut Stamps,
     team: &'static Team,
     bytes: usize,
-    iters: u64,
-    graph: bool,
+    (iters, graph, pattern): (u64, bool, Pattern),
 ) -> Result<Option<TeamGraph<'static>>, CommError> {
     let mut buf = SymBuffer::<T>::new(team, bytes / size_of::<T>())?;
-    stamps.record(comm_, iters, graph, |comm_| Ok(comm_.all_reduce(&mut buf, Op::Sum)?.wait()?))
+    stamps.record(comm_, iters, graph, pattern, |comm_| Ok(comm_.all_reduce(&mut buf, Op::Sum)?.wait()?))
 }
 
 impl Backend for GpuBackend {
@@ -320,6 +322,34 @@ impl Backend for GpuBackend {
             });
         }
         self.timed(&Request { iters: request.iters.max(1), ..*request })
+    }
+
+    fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+        let op = request.op;
+        if op == Operation::PingPong
+            || self.supports(op).is_err()
+            || (op, request.dtype) == (Operation::AllReduce, Dtype::U8)
+        {
+            return Ok(None);
+        }
+        let stamp_error = |e| BackendError::External { mode: Mode::Gpu, source: Box::new(e) };
+        let ops = request.iters.max(1);
+        let mut stamps = Stamps::spans(self.team, ops).map_err(runtime(Mode::Gpu))?;
+        // The back-to-back graph's buffers go first: two generations of 1 GiB buffers need not fit at once.
+        self.captured = None;
+        let request = Request { iters: ops, graph: true, ..*request };
+        let graph = workload(&mut self.comm, &mut stamps, self.team, &request, Pattern::Isolated)
+            .map_err(comm(Mode::Gpu))?
+            .ok_or_else(|| BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() })?;
+        // One untimed replay, so that every operation timed runs on warm buffers and a loaded graph.
+        stamps.replay(&graph).map_err(stamp_error)?;
+        stamps.replay(&graph).map_err(stamp_error)?;
+        let spans = stamps.each_ns(&self.ranks(op), ops).map_err(stamp_error)?;
+        Ok(Some(spans.into_iter().map(|ns| ns as f64 / 1e3).collect()))
+    }
+
+    fn intra_gpu(&self) -> bool {
+        super::shares_gpus(self.team)
     }
 
     fn devices(&self) -> Vec<String> {

@@ -18,8 +18,9 @@
 //!
 //! Both modes borrow a `ferrocomm::Team`, which lives for the rest of the process: one per set of GPUs,
 //! shared by every backend opened on it ([`bench_team`]), so sweeping several modes and depths creates (and
-//! JIT-compiles the kernels for) one team only. `FERROCOMM_RANKS_PER_GPU=k` puts `k` ranks on each GPU
-//! (two ranks on a one-GPU machine), as it puts `k` processes on each GPU under a launcher.
+//! JIT-compiles the kernels for) one team only. `FERROCOMM_RANKS_PER_GPU=k` puts `k` ranks on each GPU,
+//! as it puts `k` processes on each GPU under a launcher; a one-GPU machine gets two ranks on its GPU
+//! without it.
 //!
 //! Under a launcher ([`job_env`] is `Some`: torchrun, `ferrocomm launch`, mpirun, srun) the process is one
 //! rank of a team that spans the job's processes, and the gpu mode runs its `gpu-procs` series there
@@ -42,7 +43,7 @@ use ferrocomm_bootstrap::JobEnv;
 use ferrocomm_kernels::CommError;
 
 use crate::backend::{Backend, BackendError, BackendOpener, OpenConfig};
-use crate::gpu::{BuiltinBackends, resolve_ordinals};
+use crate::gpu::{BuiltinBackends, Placement, ranks_per_gpu_env};
 use crate::model::Mode;
 pub use crate::model::{PROCS_LABEL, PROCS_TITLE};
 
@@ -100,6 +101,7 @@ impl BackendOpener for FerroBackends {
             }),
             (Mode::Proxy, None) => Ok(Box::new(proxy_mode::ProxyBackend::open(config)?)),
             (Mode::Cpu | Mode::Nccl | Mode::Anchor, None) => self.builtin.open(mode, config),
+            (Mode::Nccl, Some(crate::gpu::nccl_mode::EAGER_LABEL)) => self.builtin.open(mode, config),
             (mode, Some(variant)) => Err(BackendError::NotAvailable {
                 mode,
                 reason: format!(
@@ -116,6 +118,7 @@ impl BackendOpener for FerroBackends {
         match mode {
             Mode::Gpu if under_launcher => vec![Some(PROCS_LABEL.to_owned())],
             Mode::Gpu => vec![None, Some(LL_LABEL.to_owned())],
+            Mode::Nccl => vec![None, Some(crate::gpu::nccl_mode::EAGER_LABEL.to_owned())],
             _ => vec![None],
         }
     }
@@ -126,12 +129,6 @@ impl BackendOpener for FerroBackends {
 /// other are `mode`'s error.
 pub fn job_env(mode: Mode) -> Result<Option<JobEnv>, BackendError> {
     JobEnv::from_env().map_err(|e| BackendError::External { mode, source: Box::new(e) })
-}
-
-/// `FERROCOMM_RANKS_PER_GPU` (1 when unset).
-pub fn ranks_per_gpu(mode: Mode) -> Result<usize, BackendError> {
-    let k = ferrocomm::team::ranks_per_gpu_from(|var| std::env::var(var).ok()).map_err(runtime(mode))?;
-    Ok(k.unwrap_or(1))
 }
 
 /// A single-process team's GPUs and ranks per GPU.
@@ -148,7 +145,8 @@ static PROCESS_TEAM: Mutex<Option<&'static Team>> = Mutex::new(None);
 /// allocates on it is freed when the backend drops.
 ///
 /// - On its own, the process's CUDA team on `config.gpus` (every visible GPU when `None`), one rank per GPU,
-///   or `FERROCOMM_RANKS_PER_GPU` ranks on each; two ranks at least.
+///   or `FERROCOMM_RANKS_PER_GPU` ranks on each; two ranks at least, so two on a single GPU
+///   ([`Placement::resolve`]).
 /// - Under a launcher ([`job_env`]), the team of the job's processes, this process running its own rank
 ///   (on the GPU its `LOCAL_RANK` picks among `config.gpus`, `FERROCOMM_RANKS_PER_GPU` processes to a GPU),
 ///   with the same device timeout. Its backend is CUDA unless `FERROCOMM_BACKEND` says otherwise
@@ -157,9 +155,9 @@ pub fn bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, Back
     if let Some(job) = job_env(mode)? {
         return process_team(mode, config, job);
     }
-    let per_gpu = ranks_per_gpu(mode)?;
-    let ordinals = resolve_ordinals(mode, config.gpus.as_deref(), 2usize.div_ceil(per_gpu))?;
-    let key = (ordinals, per_gpu);
+    let placement = Placement::resolve(mode, config.gpus.as_deref(), ranks_per_gpu_env(mode)?)?;
+    let per_gpu = placement.ranks_per_gpu;
+    let key = (placement.ordinals, per_gpu);
     let mut teams = TEAMS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, team)) = teams.iter().find(|(k, _)| *k == key) {
         return Ok(team);
@@ -198,6 +196,13 @@ fn process_team(mode: Mode, config: &OpenConfig, job: JobEnv) -> Result<&'static
     let team: &'static Team = Box::leak(Box::new(team));
     *slot = Some(team);
     Ok(team)
+}
+
+/// Whether ranks of `team` share a GPU (the one-GPU run, or `FERROCOMM_RANKS_PER_GPU` above 1): their
+/// figures are then intra-GPU.
+pub fn shares_gpus(team: &Team) -> bool {
+    let devices: Vec<_> = (0..team.world()).filter_map(|r| team.device(r).ok()).collect();
+    devices.iter().enumerate().any(|(i, d)| matches!(d, ferrocomm::Device::Cuda { .. }) && devices[..i].contains(d))
 }
 
 /// "0: NVIDIA H200" for each rank of `team` (emulated ranks say so).

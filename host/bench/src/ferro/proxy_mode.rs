@@ -271,6 +271,24 @@ impl Backend for ProxyBackend {
         Ok(Timing { us_per_op, graph: false, sms_used: Some(1), wait_cpu })
     }
 
+    /// One put per launch, timed by the kernel from its first descriptor push to the receiver's
+    /// acknowledgement: complete at the receiver (and one GPU-to-GPU flag back) with no launch in the span.
+    fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+        if request.op != Operation::PutBandwidth {
+            return Ok(None);
+        }
+        let bytes = request.bytes as usize;
+        self.launch(request.op, bytes, 1, None)?;
+        (0..request.iters.max(1))
+            .map(|_| Ok(self.launch(request.op, bytes, 1, None)? as f64 / 1e3))
+            .collect::<Result<_, _>>()
+            .map(Some)
+    }
+
+    fn intra_gpu(&self) -> bool {
+        super::shares_gpus(self.team)
+    }
+
     fn devices(&self) -> Vec<String> {
         describe_team(self.team)
     }

@@ -68,7 +68,18 @@ pub fn span_ns(rank: usize, stamps: &[u64]) -> Result<u64, StampError> {
     Ok(end - start)
 }
 
-/// Two `%globaltimer` slots per rank.
+/// How the operations of a recording sit between stamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// Stamp 0, every operation back to back, stamp 1: one span for them all.
+    BackToBack,
+    /// Stamp `2i`, operation `i`, stamp `2i + 1`: a span per operation, each between two kernels that do
+    /// not start the next launch early (a stamp kernel never triggers programmatic launch), as a
+    /// collective sits between two dependent compute kernels.
+    Isolated,
+}
+
+/// `%globaltimer` slots per rank: a pair per span.
 #[derive(Debug)]
 pub struct Stamps {
     buf: SymBuffer<u64>,
@@ -77,9 +88,21 @@ pub struct Stamps {
 }
 
 impl Stamps {
-    /// Slots on every rank of `team`; recordings start with a barrier when the team spans processes.
+    /// One span's slots on every rank of `team` (for [`Pattern::BackToBack`]); recordings start with a
+    /// barrier when the team spans processes.
     pub fn new(team: &Team) -> Result<Stamps, ferrocomm::Error> {
-        Ok(Stamps { buf: SymBuffer::new(team, 2)?, align: team.spans_processes() })
+        Stamps::spans(team, 1)
+    }
+
+    /// Slots for `spans` spans on every rank of `team` ([`Pattern::Isolated`] needs one per operation).
+    pub fn spans(team: &Team, spans: u64) -> Result<Stamps, ferrocomm::Error> {
+        let slots = usize::try_from(spans.max(1) * 2).unwrap_or(usize::MAX);
+        Ok(Stamps { buf: SymBuffer::new(team, slots)?, align: team.spans_processes() })
+    }
+
+    /// Spans these stamps hold.
+    pub fn capacity(&self) -> u64 {
+        self.buf.len() as u64 / 2
     }
 
     /// Launches (or, inside a capture, records) the stamp kernel writing slot `slot` on every rank.
@@ -87,17 +110,23 @@ impl Stamps {
         clock_stamp::launch(team, LaunchConfig::single(), &mut self.buf, slot)?.wait()
     }
 
-    /// `iters` calls of `op` between the two stamps: captured into a graph (`graph`), which is returned, or
-    /// run now with a host wait after each call (the library's launch guards wait), after which
-    /// [`Stamps::longest_ns`] has their time. In a team that spans processes a barrier of every rank comes
-    /// first, outside the stamps.
+    /// `iters` calls of `op` between stamps as `pattern` places them: captured into a graph (`graph`), which
+    /// is returned, or run now with a host wait after each call (the library's launch guards wait), after
+    /// which [`Stamps::longest_ns`] (back to back) or [`Stamps::each_ns`] (isolated) has their time. In a
+    /// team that spans processes a barrier of every rank comes first, outside the stamps.
     pub fn record<'t>(
         &mut self,
         comm: &mut Communicator<'t>,
         iters: u64,
         graph: bool,
+        pattern: Pattern,
         mut op: impl FnMut(&mut Communicator<'t>) -> Result<(), CommError>,
     ) -> Result<Option<TeamGraph<'t>>, CommError> {
+        if pattern == Pattern::Isolated && iters > self.capacity() {
+            return Err(CommError::BadTuning {
+                reason: format!("{iters} isolated operations need {iters} stamp spans, {} allocated", self.capacity()),
+            });
+        }
         if !graph {
             self.buf.fill(0)?;
         }
@@ -107,11 +136,22 @@ impl Stamps {
                 comm.barrier()?.wait()?;
             }
             let team = comm.team();
-            self.stamp(team, 0)?;
-            for _ in 0..iters {
-                op(comm)?;
+            match pattern {
+                Pattern::BackToBack => {
+                    self.stamp(team, 0)?;
+                    for _ in 0..iters {
+                        op(comm)?;
+                    }
+                    self.stamp(team, 1)?;
+                }
+                Pattern::Isolated => {
+                    for i in 0..iters as u32 {
+                        self.stamp(team, 2 * i)?;
+                        op(comm)?;
+                        self.stamp(team, 2 * i + 1)?;
+                    }
+                }
             }
-            self.stamp(team, 1)?;
             Ok(())
         };
         if graph {
@@ -134,6 +174,32 @@ impl Stamps {
             longest = longest.max(span_ns(rank, &self.buf.to_host(rank)?)?);
         }
         Ok(longest)
+    }
+
+    /// Each span's time, in ns: for span `i`, the longest over those of `ranks` this process runs of the
+    /// time between its stamps `2i` and `2i + 1`, once every stamp kernel has finished.
+    pub fn each_ns(&self, ranks: &[usize], spans: u64) -> Result<Vec<u64>, StampError> {
+        let local = self.buf.local_ranks();
+        let mine: Vec<usize> = ranks.iter().copied().filter(|r| local.contains(r)).collect();
+        if mine.is_empty() {
+            return Err(StampError::NotLocal { ranks: ranks.to_vec(), local });
+        }
+        let mut longest = vec![0u64; spans.min(self.capacity()) as usize];
+        for rank in mine {
+            let stamps = self.buf.to_host(rank)?;
+            for (i, span) in longest.iter_mut().enumerate() {
+                *span = (*span).max(span_ns(rank, &stamps[2 * i..2 * i + 2])?);
+            }
+        }
+        Ok(longest)
+    }
+
+    /// Clears the stamps, replays `graph` once and waits for it (an untimed replay, or one whose spans
+    /// [`Stamps::each_ns`] then reads).
+    pub fn replay(&mut self, graph: &TeamGraph<'_>) -> Result<(), StampError> {
+        self.buf.fill(0)?;
+        graph.replay()?.wait()?;
+        Ok(())
     }
 
     /// Replays `graph` (recorded by [`Stamps::record`] with these stamps) once and returns the longest

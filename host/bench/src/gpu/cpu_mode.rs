@@ -4,7 +4,9 @@
 //!
 //! - ping-pong: copy 0 → 1, wait for the stream, copy 1 → 0, wait (the host is in every hop, so the
 //!   host clock times it);
-//! - put: back-to-back copies 0 → 1 on one stream, timed with CUDA events;
+//! - put: a copy 0 → 1 on rank 0's stream, then rank 1's stream waits on an event recorded after it: the
+//!   put is done when the data is in rank 1's memory and rank 1's stream knows it. Back to back, the
+//!   copies still pipeline on rank 0's stream; the time ends when rank 1's stream has seen the last;
 //! - all-gather and all-to-all: each rank's stream pushes its chunks to every peer, then every stream
 //!   waits on every other's completion event (the barrier that makes each operation a collective);
 //! - all-reduce is not offered: it needs a reduction kernel, which is what the `gpu` mode brings.
@@ -16,7 +18,8 @@ use cudarc::driver::{CudaEvent, result};
 
 use crate::backend::{Backend, BackendError, Request, Timing};
 use crate::cputime::thread_cpu_time;
-use crate::gpu::{Buffers, Gpus, Timer};
+use crate::gpu::stamp::StampSlots;
+use crate::gpu::{Buffers, Gpus, Placement, Timer};
 use crate::model::{Dtype, Mode, Operation};
 use crate::reference;
 
@@ -26,23 +29,24 @@ const CHECK_BYTES: u64 = 3 * 4096 + 24;
 /// CPU-initiated copies between GPUs.
 #[derive(Debug)]
 pub struct CpuBackend {
-    // Field order is drop order: events and buffers go before the contexts that own them.
+    // Field order is drop order: events, stamps and buffers go before the contexts that own them.
     done: Vec<CudaEvent>,
+    stamps: Option<StampSlots>,
     timer: Timer,
     buffers: Buffers,
     gpus: Gpus,
 }
 
 impl CpuBackend {
-    /// Opens the GPUs `ordinals` (every visible GPU when `None`); needs at least two.
-    pub fn open(ordinals: Option<&[usize]>) -> Result<CpuBackend, BackendError> {
-        let gpus = Gpus::open(Mode::Cpu, ordinals, 2)?;
+    /// Opens the GPUs of `placement` (two ranks at least; ranks that share a GPU copy within it).
+    pub fn open(placement: &Placement) -> Result<CpuBackend, BackendError> {
+        let gpus = Gpus::open(placement)?;
         let done = gpus
             .ctxs
             .iter()
             .map(|ctx| ctx.new_event(None).map_err(BackendError::driver("creating an event")))
             .collect::<Result<_, _>>()?;
-        Ok(CpuBackend { done, timer: Timer::new(&gpus)?, buffers: Buffers::default(), gpus })
+        Ok(CpuBackend { done, stamps: None, timer: Timer::new(&gpus)?, buffers: Buffers::default(), gpus })
     }
 
     /// One peer copy of `bytes` from `src` on rank `from` to `dst` on rank `to`, on `from`'s stream.
@@ -92,7 +96,10 @@ impl CpuBackend {
         let chunk = bytes / self.gpus.world();
         for _ in 0..iters {
             match op {
-                Operation::PutBandwidth => self.copy(0, send[0].ptr(), 1, recv[1].ptr(), bytes)?,
+                Operation::PutBandwidth => {
+                    self.copy(0, send[0].ptr(), 1, recv[1].ptr(), bytes)?;
+                    self.notify(0, 1)?;
+                }
                 Operation::AllGather | Operation::AllToAll => {
                     for (r, from) in send.iter().enumerate() {
                         for (p, to) in recv.iter().enumerate() {
@@ -111,6 +118,13 @@ impl CpuBackend {
             }
         }
         Ok(())
+    }
+
+    /// `to`'s stream waits until `from`'s work so far is done: how the receiver of a put learns of it.
+    fn notify(&self, from: usize, to: usize) -> Result<(), BackendError> {
+        let event = &self.done[from];
+        event.record(&self.gpus.streams[from]).map_err(BackendError::driver("recording a completion event"))?;
+        self.gpus.streams[to].wait(event).map_err(BackendError::driver("waiting on a completion event"))
     }
 
     /// Every stream waits until every other stream's work so far is done.
@@ -155,6 +169,40 @@ impl Backend for CpuBackend {
 
     fn world(&self) -> usize {
         self.gpus.world()
+    }
+
+    fn intra_gpu(&self) -> bool {
+        self.gpus.placement.shares_gpus()
+    }
+
+    fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+        let op = request.op;
+        if op == Operation::PingPong || self.supports(op).is_err() {
+            return Ok(None);
+        }
+        let (bytes, ops) = (request.bytes as usize, request.iters.max(1));
+        self.buffers.ensure(&self.gpus, bytes)?;
+        if self.stamps.as_ref().is_none_or(|s| s.spans() < ops) {
+            self.gpus.synchronize()?;
+            self.stamps = Some(StampSlots::new(&self.gpus, ops)?);
+        }
+        let ranks = self.ranks(op);
+        // The first pass warms up; the second is read.
+        for _ in 0..2 {
+            self.gpus.synchronize()?;
+            let Some(stamps) = &self.stamps else { break };
+            stamps.clear()?;
+            for i in 0..ops as u32 {
+                ranks.iter().try_for_each(|&r| stamps.stamp(&self.gpus, r, 2 * i))?;
+                self.enqueue(op, bytes, 1)?;
+                ranks.iter().try_for_each(|&r| stamps.stamp(&self.gpus, r, 2 * i + 1))?;
+            }
+        }
+        self.gpus.synchronize()?;
+        match &self.stamps {
+            Some(stamps) => stamps.each_us(Mode::Cpu, &ranks, ops).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn supports(&self, op: Operation) -> Result<(), String> {

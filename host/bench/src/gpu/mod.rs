@@ -8,6 +8,7 @@
 
 pub mod cpu_mode;
 pub mod nccl_mode;
+pub mod stamp;
 
 use std::sync::Arc;
 
@@ -25,9 +26,22 @@ pub struct BuiltinBackends;
 
 impl BackendOpener for BuiltinBackends {
     fn open(&mut self, mode: Mode, config: &OpenConfig) -> Result<Box<dyn Backend>, BackendError> {
+        let placement = || Placement::resolve(mode, config.gpus.as_deref(), ranks_per_gpu_env(mode)?);
         match mode {
-            Mode::Cpu => Ok(Box::new(cpu_mode::CpuBackend::open(config.gpus.as_deref())?)),
-            Mode::Nccl => Ok(Box::new(nccl_mode::NcclBackend::open(config.gpus.as_deref())?)),
+            Mode::Cpu => Ok(Box::new(cpu_mode::CpuBackend::open(&placement()?)?)),
+            Mode::Nccl => {
+                let eager = match config.variant.as_deref() {
+                    None => false,
+                    Some(nccl_mode::EAGER_LABEL) => true,
+                    Some(other) => {
+                        return Err(BackendError::NotAvailable {
+                            mode,
+                            reason: format!("no variant {other:?} of nccl (it has \"{}\")", nccl_mode::EAGER_LABEL),
+                        });
+                    }
+                };
+                Ok(Box::new(nccl_mode::NcclBackend::open(&placement()?, eager)?))
+            }
             Mode::Gpu | Mode::Proxy => Err(BackendError::NotAvailable {
                 mode,
                 reason: "BuiltinBackends opens cpu and nccl only; open gpu and proxy with \
@@ -92,23 +106,76 @@ pub fn resolve_ordinals(mode: Mode, ordinals: Option<&[usize]>, need: usize) -> 
     Ok(ordinals)
 }
 
-/// The GPUs of one run, in rank order: a context and a non-blocking stream each, peer access enabled
-/// between every pair that supports it.
+/// Where a run's ranks live: the GPUs, in rank order, and how many ranks share each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// GPU ordinals, each once.
+    pub ordinals: Vec<usize>,
+    /// Ranks on each GPU: rank `r` runs on `ordinals[r / ranks_per_gpu]`.
+    pub ranks_per_gpu: usize,
+}
+
+impl Placement {
+    /// The placement of a run: `ordinals` (every visible GPU when `None`), with `ranks_per_gpu` ranks on each
+    /// when given (`FERROCOMM_RANKS_PER_GPU`). Without it, one rank per GPU, except on a single GPU, which
+    /// then holds two ranks: the one-GPU run, whose figures are intra-GPU (no NVLink between the ranks).
+    pub fn resolve(
+        mode: Mode,
+        ordinals: Option<&[usize]>,
+        ranks_per_gpu: Option<usize>,
+    ) -> Result<Placement, BackendError> {
+        let ranks_per_gpu = match ranks_per_gpu {
+            Some(k) => k.max(1),
+            None => {
+                let ordinals = resolve_ordinals(mode, ordinals, 1)?;
+                if ordinals.len() == 1 { 2 } else { 1 }
+            }
+        };
+        let ordinals = resolve_ordinals(mode, ordinals, 2usize.div_ceil(ranks_per_gpu))?;
+        Ok(Placement { ordinals, ranks_per_gpu })
+    }
+
+    /// Ranks in the run.
+    pub fn world(&self) -> usize {
+        self.ordinals.len() * self.ranks_per_gpu
+    }
+
+    /// The GPU of each rank, in rank order.
+    pub fn rank_ordinals(&self) -> Vec<usize> {
+        self.ordinals.iter().flat_map(|&o| std::iter::repeat_n(o, self.ranks_per_gpu)).collect()
+    }
+
+    /// Whether ranks share GPUs: every figure between them is then intra-GPU.
+    pub fn shares_gpus(&self) -> bool {
+        self.ranks_per_gpu > 1
+    }
+}
+
+/// `FERROCOMM_RANKS_PER_GPU`, or `None` when unset.
+pub fn ranks_per_gpu_env(mode: Mode) -> Result<Option<usize>, BackendError> {
+    ferrocomm::team::ranks_per_gpu_from(|var| std::env::var(var).ok())
+        .map_err(|e| BackendError::External { mode, source: Box::new(e) })
+}
+
+/// The GPUs of one run, by rank: a context and a non-blocking stream each (ranks that share a GPU share its
+/// primary context and have streams of their own), peer access enabled between every pair of GPUs that
+/// supports it.
 #[derive(Debug)]
 pub struct Gpus {
     /// Contexts (primary), by rank.
     pub ctxs: Vec<Arc<CudaContext>>,
     /// One stream per rank.
     pub streams: Vec<Arc<CudaStream>>,
+    /// Where the ranks are.
+    pub placement: Placement,
 }
 
 impl Gpus {
-    /// Opens `ordinals` (every visible GPU when `None`) for `mode`, which needs at least `need` of them.
-    pub fn open(mode: Mode, ordinals: Option<&[usize]>, need: usize) -> Result<Gpus, BackendError> {
-        let ordinals = resolve_ordinals(mode, ordinals, need)?;
+    /// Opens the GPUs of `placement` for its ranks.
+    pub fn open(placement: &Placement) -> Result<Gpus, BackendError> {
         let mut ctxs = Vec::new();
         let mut streams = Vec::new();
-        for &ordinal in &ordinals {
+        for ordinal in placement.rank_ordinals() {
             let ctx = CudaContext::new(ordinal).map_err(BackendError::driver(format!("opening GPU {ordinal}")))?;
             // SAFETY: this crate never hands cudarc's tracked slices to these contexts; every buffer is a
             // raw allocation whose ordering the backends keep with explicit stream and event waits.
@@ -117,7 +184,7 @@ impl Gpus {
                 .push(ctx.new_stream().map_err(BackendError::driver(format!("creating a stream on GPU {ordinal}")))?);
             ctxs.push(ctx);
         }
-        let gpus = Gpus { ctxs, streams };
+        let gpus = Gpus { ctxs, streams, placement: placement.clone() };
         gpus.enable_peer_access()?;
         Ok(gpus)
     }
@@ -140,7 +207,7 @@ impl Gpus {
     fn enable_peer_access(&self) -> Result<(), BackendError> {
         for (i, a) in self.ctxs.iter().enumerate() {
             for (j, b) in self.ctxs.iter().enumerate() {
-                if i == j {
+                if a.ordinal() == b.ordinal() {
                     continue;
                 }
                 let mut can = 0;
@@ -331,50 +398,52 @@ impl Timer {
     }
 }
 
-/// Captures what `enqueue` puts on the streams of `ranks` into one CUDA graph per rank.
+/// Captures what `enqueue` puts on the streams of `ranks` into one CUDA graph, rooted on the first rank's
+/// stream: the other streams join the capture through an event recorded on the root (a fork), and the
+/// root waits on each of them at the end (a join). Replaying it on the root runs every rank's part.
 ///
-/// Every stream's capture is ended even when `enqueue` fails, so the streams stay usable; the error
-/// then says what failed, and the caller can fall back to eager launches.
-pub fn capture(
+/// NCCL needs this shape: the calls of one `ncclGroupStart/End` must all be captured into the same graph,
+/// so one graph per rank fails. The capture is relaxed, because NCCL may call the runtime in ways a
+/// thread-local capture refuses (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`) while it enqueues.
+pub fn capture_joined(
     gpus: &Gpus,
     ranks: &[usize],
     enqueue: impl FnOnce() -> Result<(), BackendError>,
-) -> Result<Vec<CudaGraph>, BackendError> {
-    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-    let mut begun = Vec::new();
-    let mut outcome = Ok(());
-    for &r in ranks {
-        match gpus.streams[r].begin_capture(mode) {
-            Ok(()) => begun.push(r),
-            Err(source) => {
-                outcome = Err(BackendError::Driver { what: format!("starting a graph capture on rank {r}"), source });
-                break;
-            }
-        }
-    }
+) -> Result<CudaGraph, BackendError> {
+    let Some(&root) = ranks.first() else {
+        return Err(BackendError::Driver {
+            what: "capturing a graph of no ranks".into(),
+            source: DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE),
+        });
+    };
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    let streams = &gpus.streams;
+    streams[root]
+        .begin_capture(mode)
+        .map_err(|source| BackendError::Driver { what: format!("starting a graph capture on rank {root}"), source })?;
+    let mut outcome = ranks[1..].iter().try_for_each(|&r| {
+        streams[r]
+            .join(&streams[root])
+            .map_err(BackendError::driver(format!("joining rank {r}'s stream to the capture")))
+    });
     if outcome.is_ok() {
         outcome = enqueue();
     }
-    let mut graphs = Vec::new();
-    for r in begun {
-        let flags = sys::CUgraphInstantiate_flags(0);
-        match gpus.streams[r].end_capture(flags) {
-            Ok(Some(graph)) => graphs.push(graph),
-            Ok(None) => {
-                if outcome.is_ok() {
-                    outcome = Err(BackendError::Driver {
-                        what: format!("ending the graph capture on rank {r} (empty graph)"),
-                        source: DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
-                    });
-                }
-            }
-            Err(source) => {
-                if outcome.is_ok() {
-                    outcome =
-                        Err(BackendError::Driver { what: format!("ending the graph capture on rank {r}"), source });
-                }
-            }
+    // Every forked stream must rejoin the root, or ending the capture fails (and the streams stay broken).
+    for &r in &ranks[1..] {
+        let joined = streams[root].join(&streams[r]);
+        if outcome.is_ok() {
+            outcome = joined.map_err(BackendError::driver(format!("joining rank {r}'s stream back to the root")));
         }
     }
-    outcome.map(|()| graphs)
+    let ended = streams[root].end_capture(sys::CUgraphInstantiate_flags(0));
+    outcome?;
+    match ended {
+        Ok(Some(graph)) => Ok(graph),
+        Ok(None) => Err(BackendError::Driver {
+            what: format!("ending the graph capture on rank {root} (empty graph)"),
+            source: DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+        }),
+        Err(source) => Err(BackendError::Driver { what: format!("ending the graph capture on rank {root}"), source }),
+    }
 }

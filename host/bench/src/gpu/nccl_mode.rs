@@ -5,8 +5,12 @@
 //! - all-to-all: grouped `ncclSend`/`ncclRecv` of one chunk per peer (what torch's all_to_all_single does);
 //! - ping-pong: a grouped send 0 → 1 then a grouped send 1 → 0; put: a grouped send 0 → 1.
 //!
-//! Operations are captured into one CUDA graph per rank and timed as graph replay when asked; if a
-//! capture fails, that operation falls back to eager launches (the data says `graph: false`).
+//! The `nccl` series captures a trial's operations into one CUDA graph spanning every rank's stream
+//! ([`capture_joined`]: NCCL wants a group's calls in one graph) and times its replay, as the gpu mode is
+//! timed; if a capture fails, that operation falls back to eager launches (the data says `graph: false`,
+//! and a note says why). The `nccl-eager` series ([`EAGER_LABEL`]) launches every call from the host.
+//! Both also time isolated operations: each between clock-stamp kernels on every rank's stream
+//! ([`StampSlots`]), captured into one graph for `nccl`, launched eagerly for `nccl-eager`.
 
 use std::ffi::CStr;
 
@@ -17,7 +21,8 @@ use cudarc::nccl::sys;
 
 use crate::backend::{Backend, BackendError, Request, Timing};
 use crate::cputime::thread_cpu_time;
-use crate::gpu::{Buffers, Gpus, Timer, capture};
+use crate::gpu::stamp::StampSlots;
+use crate::gpu::{Buffers, Gpus, Placement, Timer, capture_joined};
 use crate::model::{Dtype, Mode, Operation};
 use crate::reference;
 
@@ -80,35 +85,52 @@ fn group(body: impl FnOnce() -> Result<(), BackendError>) -> Result<(), BackendE
     outcome.and(end.map(drop))
 }
 
-/// The graphs of one request, one per rank taking part.
+/// The label of the eager NCCL series (`nccl-eager`).
+pub const EAGER_LABEL: &str = "eager";
+
+/// The graph of one request, spanning the streams of every rank taking part.
 struct Captured {
     key: (Operation, u64, Dtype, u64),
-    graphs: Vec<CudaGraph>,
+    graph: CudaGraph,
 }
 
 impl std::fmt::Debug for Captured {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Captured").field("key", &self.key).field("graphs", &self.graphs.len()).finish()
+        f.debug_struct("Captured").field("key", &self.key).finish_non_exhaustive()
     }
 }
 
 /// NCCL, one process driving every GPU.
 #[derive(Debug)]
 pub struct NcclBackend {
-    // Field order is drop order: graphs and events before communicators, buffers and contexts.
+    // Field order is drop order: graphs, stamps and events before communicators, buffers and contexts.
     captured: Option<Captured>,
+    stamps: Option<StampSlots>,
     timer: Timer,
     comms: Comms,
     buffers: Buffers,
     gpus: Gpus,
     eager_only: Vec<Operation>,
     notes: Vec<String>,
+    /// The `nccl-eager` series: no graphs.
+    eager: bool,
 }
 
 impl NcclBackend {
-    /// Opens the GPUs `ordinals` (every visible GPU when `None`; at least two) and their communicators.
-    pub fn open(ordinals: Option<&[usize]>) -> Result<NcclBackend, BackendError> {
-        let gpus = Gpus::open(Mode::Nccl, ordinals, 2)?;
+    /// Opens the GPUs of `placement` (two at least, one rank each) and their communicators; `eager` for the
+    /// `nccl-eager` series.
+    pub fn open(placement: &Placement, eager: bool) -> Result<NcclBackend, BackendError> {
+        if placement.shares_gpus() {
+            return Err(BackendError::NotAvailable {
+                mode: Mode::Nccl,
+                reason: format!(
+                    "NCCL runs one rank per GPU (a communicator with two ranks on one GPU fails with \"Duplicate GPU \
+                     detected\"), and this run puts {} ranks on each of GPUs {:?}: the nccl mode needs two GPUs",
+                    placement.ranks_per_gpu, placement.ordinals
+                ),
+            });
+        }
+        let gpus = Gpus::open(placement)?;
         if !nccl_present() {
             return Err(BackendError::NoNccl);
         }
@@ -119,12 +141,14 @@ impl NcclBackend {
             .map_err(nccl_error(format!("creating communicators on GPUs {devices:?} (ncclCommInitAll)")))?;
         Ok(NcclBackend {
             captured: None,
+            stamps: None,
             timer: Timer::new(&gpus)?,
             comms: Comms(comms),
             buffers: Buffers::default(),
             gpus,
             eager_only: Vec::new(),
             notes: Vec::new(),
+            eager,
         })
     }
 
@@ -229,8 +253,8 @@ impl NcclBackend {
         if op.is_collective() { (0..self.gpus.world()).collect() } else { vec![0, 1] }
     }
 
-    /// The graphs for `request`, captured now if the cached ones are for another request; `None` when
-    /// capture does not work for this operation (it is then timed eagerly).
+    /// The graph for `request`, captured now if the cached one is for another request; `false` when
+    /// capture does not work for this operation (it is then timed eagerly, and a note says why).
     fn graphs(&mut self, request: &Request, bytes: usize) -> Result<bool, BackendError> {
         let key = (request.op, request.bytes, request.dtype, request.iters);
         if self.captured.as_ref().is_some_and(|c| c.key == key) {
@@ -240,9 +264,9 @@ impl NcclBackend {
         self.captured = None;
         let ranks = self.ranks(request.op);
         let enqueue = || (0..request.iters).try_for_each(|_| self.enqueue(request.op, bytes, request.dtype));
-        match capture(&self.gpus, &ranks, enqueue) {
-            Ok(graphs) => {
-                self.captured = Some(Captured { key, graphs });
+        match capture_joined(&self.gpus, &ranks, enqueue) {
+            Ok(graph) => {
+                self.captured = Some(Captured { key, graph });
                 Ok(true)
             }
             Err(e) => {
@@ -254,6 +278,18 @@ impl NcclBackend {
                 Ok(false)
             }
         }
+    }
+
+    /// Enqueues `ops` isolated operations, each between stamps `2i` and `2i + 1` on every rank of `ranks`.
+    fn enqueue_isolated(&self, op: Operation, bytes: usize, dtype: Dtype, ops: u64) -> Result<(), BackendError> {
+        let Some(stamps) = &self.stamps else { return Ok(()) };
+        let ranks = self.ranks(op);
+        for i in 0..ops as u32 {
+            ranks.iter().try_for_each(|&r| stamps.stamp(&self.gpus, r, 2 * i))?;
+            self.enqueue(op, bytes, dtype)?;
+            ranks.iter().try_for_each(|&r| stamps.stamp(&self.gpus, r, 2 * i + 1))?;
+        }
+        Ok(())
     }
 }
 
@@ -323,27 +359,80 @@ impl Backend for NcclBackend {
         let iters = request.iters.max(1);
         let request = Request { iters, ..*request };
         self.ensure_buffers(bytes)?;
-        let graph = request.graph && !self.eager_only.contains(&op) && self.graphs(&request, bytes)?;
+        let graph = request.graph && !self.eager && !self.eager_only.contains(&op) && self.graphs(&request, bytes)?;
         self.gpus.synchronize()?;
         let ranks = self.ranks(op);
-        self.timer.start(&self.gpus, &ranks)?;
+        // A graph spanning the ranks replays on the first rank's stream and ends when every rank's part has.
+        let timed = if graph { &ranks[..1] } else { &ranks[..] };
+        self.timer.start(&self.gpus, timed)?;
         match (&self.captured, graph) {
             (Some(captured), true) => {
-                for (graph, r) in captured.graphs.iter().zip(&ranks) {
-                    graph.launch().map_err(BackendError::driver(format!("replaying the graph on rank {r}")))?;
-                }
+                captured.graph.launch().map_err(BackendError::driver("replaying the graph"))?;
             }
             _ => (0..iters).try_for_each(|_| self.enqueue(op, bytes, request.dtype))?,
         }
-        self.timer.stop(&self.gpus, &ranks)?;
+        self.timer.stop(&self.gpus, timed)?;
         let waiting = thread_cpu_time();
-        let us = self.timer.elapsed_us(&ranks)?;
+        let us = self.timer.elapsed_us(timed)?;
         let wait_cpu = thread_cpu_time().saturating_sub(waiting);
         let hops = if op == Operation::PingPong { 2.0 } else { 1.0 };
         Ok(Timing { us_per_op: us / iters as f64 / hops, graph, sms_used: None, wait_cpu })
     }
 
+    fn label(&self) -> Option<String> {
+        self.eager.then(|| EAGER_LABEL.to_owned())
+    }
+
+    fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+        let op = request.op;
+        if op == Operation::PingPong {
+            return Ok(None);
+        }
+        let (bytes, ops) = (request.bytes as usize, request.iters.max(1));
+        self.ensure_buffers(bytes)?;
+        self.gpus.synchronize()?;
+        // The back-to-back graph goes: it is recaptured for the next point anyway.
+        self.captured = None;
+        if self.stamps.as_ref().is_none_or(|s| s.spans() < ops) {
+            self.stamps = Some(StampSlots::new(&self.gpus, ops)?);
+        }
+        let ranks = self.ranks(op);
+        let graph = if self.eager || self.eager_only.contains(&op) {
+            None
+        } else {
+            let enqueue = || self.enqueue_isolated(op, bytes, request.dtype, ops);
+            Some(capture_joined(&self.gpus, &ranks, enqueue)?)
+        };
+        // The first pass warms up; the second is read.
+        for _ in 0..2 {
+            self.gpus.synchronize()?;
+            if let Some(stamps) = &self.stamps {
+                stamps.clear()?;
+            }
+            match &graph {
+                Some(graph) => graph.launch().map_err(BackendError::driver("replaying the isolated graph"))?,
+                None => self.enqueue_isolated(op, bytes, request.dtype, ops)?,
+            }
+        }
+        self.gpus.synchronize()?;
+        match &self.stamps {
+            Some(stamps) => stamps.each_us(Mode::Nccl, &ranks, ops).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn notes(&self) -> Vec<String> {
-        self.notes.clone()
+        let mut notes = self.notes.clone();
+        notes.push(if self.eager {
+            "nccl-eager: every NCCL call launched from the host, one ncclGroupStart/End per operation over every \
+             rank's communicator (one process drives every GPU)."
+                .to_owned()
+        } else {
+            "nccl: a trial's NCCL calls captured into one CUDA graph spanning every rank's stream (the other streams \
+             fork from the first rank's and join it at the end, since NCCL wants a group's calls in one graph), \
+             timed with CUDA events around its replay."
+                .to_owned()
+        });
+        notes
     }
 }
