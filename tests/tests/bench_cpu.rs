@@ -119,6 +119,8 @@ fn point(op: Operation, mode: Mode, bytes: u64, us: f64) -> Measurement {
         sms_used: (mode == Mode::Gpu).then_some(16),
         queue_depth: (mode == Mode::Proxy).then_some(16),
         graph: mode != Mode::Cpu,
+        intra_gpu: false,
+        isolated: None,
     }
 }
 

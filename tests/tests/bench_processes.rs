@@ -196,6 +196,8 @@ fn point(label: Option<&str>, bytes: u64, us: f64) -> Measurement {
         sms_used: Some(1),
         queue_depth: None,
         graph: true,
+        intra_gpu: false,
+        isolated: None,
     }
 }
 
@@ -232,7 +234,7 @@ fn merge_puts_gpu_procs_beside_gpu_in_the_headline_and_summary() {
     assert_eq!(merged.meta.command, "ferrocomm bench", "the run's own command stays");
     assert!(merged.meta.notes.iter().any(|n| n.starts_with("Environment of `") && n.contains("--modes gpu")));
 
-    let (headers, rows) = table::headline(&merged);
+    let (headers, rows) = table::headline(&merged, table::Figure::BackToBack);
     assert_eq!(headers, ["operation", "size", "gpu", "gpu-procs", "gpu vs best other", "gpu-procs vs gpu"]);
     assert_eq!(rows[0], ["all-reduce", "8 KiB", "2.77 µs", "2.80 µs", "–", "+1.1 %"]);
     assert_eq!(rows[1][5], "−0.3 %");

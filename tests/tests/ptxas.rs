@@ -45,3 +45,22 @@ fn every_module_assembles_with_ptxas() {
         validate(&ptxas, &path, arch).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
+
+/// The bench's clock-stamp kernel, written in PTX for the modes that load no kernels crate.
+#[test]
+fn bench_stamp_kernel_assembles_with_ptxas() {
+    let ptxas = match find_ptxas() {
+        PtxasLocation::Found { path, .. } => path,
+        PtxasLocation::Missing => {
+            assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
+            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc==13.0.88)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stamp.ptx");
+    std::fs::write(&path, ferrocomm_bench::gpu::stamp::STAMP_PTX).unwrap();
+    for arch in ["sm_80", "sm_90"] {
+        validate(&ptxas, &path, arch.parse().unwrap()).unwrap_or_else(|e| panic!("stamp kernel, {arch}: {e}"));
+    }
+}

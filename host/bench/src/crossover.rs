@@ -227,6 +227,8 @@ mod tests {
             sms_used: None,
             queue_depth: None,
             graph: true,
+            intra_gpu: false,
+            isolated: None,
         }
     }
 

@@ -71,6 +71,22 @@ fn gpu_mode_checks_and_times_every_operation() {
 }
 
 #[test]
+fn gpu_mode_times_isolated_operations_one_by_one() {
+    let mut gpu = GpuBackend::new(team(), Variant::Main).unwrap();
+    // The emulated team's ranks are not CUDA devices sharing a GPU.
+    assert!(!gpu.intra_gpu());
+    for (op, bytes) in [(Operation::PutBandwidth, 4099), (Operation::AllReduce, 4000), (Operation::AllGather, 1024)] {
+        let times = gpu.isolated(&request(op, bytes, 4)).unwrap().unwrap_or_else(|| panic!("{op}: no isolated series"));
+        assert_eq!(times.len(), 4, "{op}: one time per operation");
+        assert!(times.iter().all(|t| t.is_finite() && *t > 0.0), "{op}: {times:?}");
+        // The back-to-back graph is recaptured after the isolated one, on fresh buffers.
+        assert!(gpu.run(&request(op, bytes, 2)).unwrap().us_per_op > 0.0);
+    }
+    // A ping-pong is a latency already: no isolated series.
+    assert_eq!(gpu.isolated(&request(Operation::PingPong, 8, 4)).unwrap(), None);
+}
+
+#[test]
 fn gpu_ll_variant_is_the_ll_ping_pong_only() {
     let mut ll = GpuBackend::new(team(), Variant::Ll).unwrap();
     assert_eq!(ll.label().as_deref(), Some(LL_LABEL));
@@ -125,6 +141,10 @@ fn proxy_mode_moves_data_through_the_rings_at_every_depth() {
         let t = proxy.run(&request(Operation::PutBandwidth, 4096, 10)).unwrap();
         assert!(t.us_per_op > 0.0);
         assert_eq!(proxy.served() - before, 20);
+        // Isolated: one put per launch, a warm-up launch first.
+        let times = proxy.isolated(&request(Operation::PutBandwidth, 4096, 3)).unwrap().unwrap();
+        assert!(times.len() == 3 && times.iter().all(|t| *t > 0.0), "{times:?}");
+        assert_eq!(proxy.served() - before, 24);
         assert!(proxy.notes()[0].contains("host memcpy"));
     }
 }

@@ -2,7 +2,8 @@
 //! `proxy` (ferrocomm's proxy kernels and thread): each checked against the CPU reference, then a short
 //! sweep whose figures must be plausible, then `ferrocomm bench` end to end into a report folder.
 //!
-//! Skips (with a message) without a driver or with fewer than two GPUs; fails instead when
+//! On one GPU the modes run two ranks on it (the one-GPU run, whose points say `intra_gpu`), except NCCL,
+//! which needs two GPUs and must say so. Skips (with a message) without a driver; fails instead when
 //! FERROCOMM_REQUIRE_GPUS=N asks for N GPUs and fewer are visible. The tests hold one lock: kernels that
 //! wait on each other must not share the GPUs with another test's.
 
@@ -20,15 +21,16 @@ fn lock() -> MutexGuard<'static, ()> {
     GPUS.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn two_gpus_or_skip() -> bool {
+/// The visible GPUs, or `None` (with a message) when there is none.
+fn gpus_or_skip() -> Option<usize> {
     let required: usize = std::env::var("FERROCOMM_REQUIRE_GPUS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
     let have = if driver_present() { device_count().unwrap_or(0) } else { 0 };
     assert!(have >= required, "FERROCOMM_REQUIRE_GPUS={required}, but {have} GPUs are visible");
-    if have < 2 {
-        eprintln!("skipped: no GPU pair ({have} GPUs visible; FERROCOMM_REQUIRE_GPUS=2 makes this fail)");
-        return false;
+    if have == 0 {
+        eprintln!("skipped: no GPU (FERROCOMM_REQUIRE_GPUS=1 makes this fail)");
+        return None;
     }
-    true
+    Some(have)
 }
 
 fn plan(ops: &[Operation]) -> Plan {
@@ -58,13 +60,20 @@ fn sweep(backend: &mut dyn Backend, ops: &[Operation]) -> BenchData {
         );
         assert!(m.median_us < 100_000.0, "{m:?}");
         assert!(m.host_cpu_us_per_op.is_some_and(|c| c >= 0.0), "{m:?}");
+        // One GPU holds both ranks: every figure is intra-GPU, and says so.
+        assert_eq!(m.intra_gpu, device_count().unwrap_or(0) == 1, "{m:?}");
+        if m.op != Operation::PingPong {
+            let isolated = m.isolated.unwrap_or_else(|| panic!("no isolated series: {m:?}"));
+            assert!(isolated.min_us > 0.0 && isolated.min_us <= isolated.median_us, "{m:?}");
+            assert!(isolated.samples >= ferrocomm_bench::method::ISOLATED_OPS, "{m:?}");
+        }
     }
     data
 }
 
 #[test]
 fn cpu_mode_checks_and_measures() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();
@@ -89,9 +98,7 @@ fn cpu_mode_checks_and_measures() {
 
 #[test]
 fn nccl_mode_checks_and_measures() {
-    if !two_gpus_or_skip() {
-        return;
-    }
+    let Some(gpus) = gpus_or_skip() else { return };
     let _gpus = lock();
     if !nccl_present() {
         assert!(
@@ -100,6 +107,17 @@ fn nccl_mode_checks_and_measures() {
         );
         eprintln!("skipped: libnccl.so.2 not found (FERROCOMM_REQUIRE_NCCL=1 makes this fail)");
         return;
+    }
+    if gpus == 1 {
+        let refused = BuiltinBackends.open(Mode::Nccl, &OpenConfig::default()).map(drop).unwrap_err().to_string();
+        assert!(refused.contains("one rank per GPU") && refused.contains("needs two GPUs"), "{refused}");
+        eprintln!("skipped: nccl on one GPU ({refused})");
+        return;
+    }
+    for variant in [None, Some("eager")] {
+        let config = OpenConfig { variant: variant.map(str::to_owned), ..OpenConfig::default() };
+        let nccl = BuiltinBackends.open(Mode::Nccl, &config).unwrap();
+        assert_eq!(nccl.label().as_deref(), variant);
     }
     let mut nccl = BuiltinBackends.open(Mode::Nccl, &OpenConfig::default()).unwrap();
     for op in Operation::ALL {
@@ -112,11 +130,13 @@ fn nccl_mode_checks_and_measures() {
     let reduce = data.measurements.iter().find(|m| m.op == Operation::AllReduce && m.bytes == 65536).unwrap();
     eprintln!("nccl: all-reduce 64 KiB {:.2} µs (graph: {})", reduce.median_us, reduce.graph);
     assert!(reduce.median_us > 1.0, "{reduce:?}");
+    // One graph spanning both ranks' streams: NCCL's group is captured whole.
+    assert!(data.measurements.iter().all(|m| m.graph), "{:#?}", nccl.notes());
 }
 
 #[test]
 fn bench_command_end_to_end() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();
@@ -138,7 +158,7 @@ fn bench_command_end_to_end() {
 
 #[test]
 fn gpu_mode_checks_and_measures() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();
@@ -170,7 +190,7 @@ fn gpu_mode_checks_and_measures() {
 
 #[test]
 fn gpu_ll_ping_pong_is_its_own_series() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();
@@ -189,7 +209,7 @@ fn gpu_ll_ping_pong_is_its_own_series() {
 
 #[test]
 fn proxy_mode_checks_and_measures_at_two_depths() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();
@@ -230,7 +250,7 @@ fn proxy_mode_checks_and_measures_at_two_depths() {
 
 #[test]
 fn bench_command_every_mode_end_to_end() {
-    if !two_gpus_or_skip() {
+    if gpus_or_skip().is_none() {
         return;
     }
     let _gpus = lock();

@@ -4,7 +4,7 @@
 use crate::model::{BenchData, Measurement};
 
 /// The CSV columns, in order.
-pub const CSV_HEADER: [&str; 17] = [
+pub const CSV_HEADER: [&str; 21] = [
     "op",
     "mode",
     "label",
@@ -22,6 +22,10 @@ pub const CSV_HEADER: [&str; 17] = [
     "sms_used",
     "queue_depth",
     "graph",
+    "intra_gpu",
+    "isolated_median_us",
+    "isolated_min_us",
+    "isolated_max_us",
 ];
 
 /// The run as pretty-printed JSON.
@@ -63,6 +67,10 @@ pub fn csv_row(m: &Measurement) -> String {
         opt(m.sms_used),
         opt(m.queue_depth),
         m.graph.to_string(),
+        m.intra_gpu.to_string(),
+        opt(m.isolated.map(|i| i.median_us)),
+        opt(m.isolated.map(|i| i.min_us)),
+        opt(m.isolated.map(|i| i.max_us)),
     ]
     .join(",")
 }

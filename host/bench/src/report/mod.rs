@@ -1,8 +1,8 @@
 //! Output: terminal tables, JSON and CSV data, SVG plots, and the report folder that holds them all.
 //!
 //! A report folder (`bench/` in the repository) has `README.md` (headline table, crossover summary,
-//! plots and tables), `data.json`, `data.csv`, and two plots per operation (`<op>-latency.svg`,
-//! `<op>-bandwidth.svg`).
+//! plots and tables), `data.json`, `data.csv`, and up to three plots per operation (`<op>-latency.svg`,
+//! `<op>-isolated.svg`, `<op>-bandwidth.svg`).
 
 pub mod data;
 pub mod plot;
@@ -51,7 +51,7 @@ pub fn write_report(dir: &Path, data: &BenchData) -> Result<Vec<PathBuf>, Report
     ];
     let mut plots = Vec::new();
     for op in data.operations() {
-        for kind in [PlotKind::Latency, PlotKind::Bandwidth] {
+        for kind in [PlotKind::Latency, PlotKind::Isolated, PlotKind::Bandwidth] {
             let name = kind.file_name(op);
             let path = dir.join(&name);
             if plot::plot(data, op, kind, &path)? {

@@ -14,8 +14,10 @@ use crate::sizes::format_size;
 /// Which figure of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotKind {
-    /// Median time per operation vs size, both axes logarithmic.
+    /// Median time per operation vs size (back to back), both axes logarithmic.
     Latency,
+    /// Median time of an isolated operation vs size, both axes logarithmic.
+    Isolated,
     /// Bus bandwidth vs size.
     Bandwidth,
 }
@@ -25,6 +27,7 @@ impl PlotKind {
     pub fn file_name(self, op: Operation) -> String {
         match self {
             PlotKind::Latency => format!("{}-latency.svg", op.name()),
+            PlotKind::Isolated => format!("{}-isolated.svg", op.name()),
             PlotKind::Bandwidth => format!("{}-bandwidth.svg", op.name()),
         }
     }
@@ -100,10 +103,11 @@ pub fn plot(data: &BenchData, op: Operation, kind: PlotKind, path: &Path) -> Res
                 .iter()
                 .map(|m| match kind {
                     PlotKind::Latency => (m.bytes as f64, m.median_us),
+                    PlotKind::Isolated => (m.bytes as f64, m.isolated.map_or(f64::NAN, |i| i.median_us)),
                     PlotKind::Bandwidth => (m.bytes as f64, m.busbw_gbps),
                 })
                 .filter(|(_, y)| *y > 0.0 && y.is_finite())
-                .map(|(x, y)| (x.log2(), if kind == PlotKind::Latency { y.log10() } else { y }))
+                .map(|(x, y)| (x.log2(), if kind == PlotKind::Bandwidth { y } else { y.log10() }))
                 .collect();
             Line { name: series.to_string(), color, points }
         })
@@ -117,12 +121,13 @@ pub fn plot(data: &BenchData, op: Operation, kind: PlotKind, path: &Path) -> Res
     let x = Axis { lo: x_min.floor() - 0.25, hi: x_max.ceil() + 0.25, ticks: size_ticks(x_min, x_max) };
     let subject = crate::report::table::caption(data, op);
     let drawn = match kind {
-        PlotKind::Latency => {
+        PlotKind::Latency | PlotKind::Isolated => {
             let (lo, hi) = (y_min - 0.15, y_max + 0.15);
             let y = Axis { lo, hi, ticks: decade_ticks(lo, hi) };
+            let what = if kind == PlotKind::Latency { "back to back" } else { "isolated" };
             draw(
                 path,
-                &format!("{subject}: time per operation"),
+                &format!("{subject}: time per operation, {what}"),
                 x,
                 y,
                 "µs per operation",

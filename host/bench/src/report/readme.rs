@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use crate::crossover;
 use crate::model::BenchData;
 use crate::report::plot::PlotKind;
-use crate::report::table::{self, HEADERS};
+use crate::report::table::{self, Figure, HEADERS};
 
 /// `YYYY-MM-DD HH:MM UTC` from seconds since the Unix epoch (proleptic Gregorian calendar).
 pub fn format_utc(unix_s: u64) -> String {
@@ -26,25 +26,52 @@ pub fn format_utc(unix_s: u64) -> String {
 }
 
 const METHOD: &str = "\
+- **What an operation is, in every mode.** An operation is done when its data is in the receivers' memory \
+and each receiver's stream can use it. Ping-pong: a hop ends when the receiver has seen the data and only \
+then sends it back. Put: rank 0's message is in rank 1's memory and rank 1 knows it — gpu: the library's \
+put (a ready handshake so the destination may be overwritten, the stores, a release that waits for the write \
+acknowledgements, and rank 1's acquire wait); proxy: the kernel's descriptor, the proxy's copy-engine copy and \
+the signal raised after it, on which rank 1's kernel waits; cpu: `cuMemcpyPeerAsync` on rank 0's stream, then \
+an event recorded after it that rank 1's stream waits on; nccl: a grouped send and receive (the receive \
+completes on rank 1's stream). All-reduce, all-gather, all-to-all: every rank holds the result.
 - Each mode is first checked once per operation against a CPU reference on small known inputs; a mode \
 that fails is reported under *Not measured* instead of producing figures.
-- Each point: warm-up operations, then timed trials of back-to-back operations (fewer per trial for large \
-messages, see *iterations* in the data); the tables give the median, min and max over trials of the time \
-per operation.
-- GPU time: CUDA events around the operations for cpu and nccl; the GPUs' own `%globaltimer` for gpu and \
-proxy (stamp kernels around the captured operations, or the kernel that loops over a trial's operations \
-itself: see the notes below). The *graph* column says which points were timed as CUDA-graph replay. The \
-CPU-initiated ping-pong is timed with the host clock, since the host takes part in every hop.
+- **Two series per point.** *Back to back* (streaming throughput, the *median/min/max µs* columns): warm-up \
+operations, then timed trials of operations issued back to back (fewer per trial for large messages, see \
+*iterations* in the data); the median, min and max over trials of the time per operation. *Isolated* (the \
+*isolated µs* column and the isolated plots): operations one at a time, each between a one-thread clock-stamp \
+kernel before it and one after it on every rank's stream (the stamps never start the next launch early, as \
+a collective sits between two dependent compute kernels); an operation's time is the longest rank's span \
+between its stamps, as nccl-tests reports the slowest rank; the median over the operations. gpu and nccl \
+capture the isolated operations into a CUDA graph, cpu and nccl-eager launch them from the host; the proxy \
+mode times one put per launch inside its kernel (from the first descriptor to the receiver's \
+acknowledgement, so one extra GPU-to-GPU flag).
+- GPU time, back to back: CUDA events around the operations for cpu and nccl; the GPUs' own `%globaltimer` \
+for gpu and proxy (stamp kernels around the captured operations, or the kernel that loops over a trial's \
+operations itself: see the notes below). The *graph* column says which points were timed as CUDA-graph \
+replay: gpu and nccl replay graphs, nccl-eager and cpu launch from the host (the host issuing each copy is \
+the CPU-initiated path). The CPU-initiated ping-pong is timed with the host clock, since the host takes part \
+in every hop.
 - Ping-pong times are one way (half a round trip); put is one direction, GPU 0 to GPU 1.
 - Sizes: the all-reduce buffer; the whole gathered buffer for all-gather; one rank's send buffer for \
 all-to-all; the message for ping-pong and put.
 - Bandwidth: algbw = size / time; busbw follows NCCL's convention (nccl-tests): all-reduce × 2(n−1)/n, \
 all-gather and all-to-all × (n−1)/n, ping-pong and put × 1.
-- Host CPU µs/op: user + system CPU time of the whole process (proxy threads included) during the timed \
-trials, less what the measuring thread spent only waiting for each trial's end, divided by the operations. \
-The CPU-initiated ping-pong keeps its waits: the host waiting on every hop is that mode's cost.
+- Host CPU µs/op: user + system CPU time of the whole process (every thread: proxy threads and the driver's \
+included) during the timed trials, from the scheduler's own per-process clock (`CLOCK_PROCESS_CPUTIME_ID`, \
+nanoseconds), less what the measuring thread spent only waiting for each trial's end (its \
+`CLOCK_THREAD_CPUTIME_ID`), divided by the operations. The CPU-initiated ping-pong keeps its waits: the host \
+waiting on every hop is that mode's cost.
 - Anchor rows were measured by other programs (torch, NCCL through torch, CUDA C++) in the same session and \
 read from their output; their min and max are over repeated lines, when the output repeats a figure.
+";
+
+/// The warning that opens a report of the one-GPU run.
+pub const INTRA_GPU_BANNER: &str = "\
+> **One GPU: every figure here is intra-GPU.** The ranks share one GPU (two ranks on it), so their data never \
+crosses NVLink: puts and collectives move through the GPU's own memory, and the ranks' kernels share its \
+SMs. These figures compare the modes' overheads (launch, synchronisation, protocol), not link bandwidth; NCCL \
+does not run two ranks on one GPU. The two-GPU report is the one to read for NVLink figures.
 ";
 
 /// The Method paragraph on the `gpu-procs` series, when the data has it.
@@ -87,13 +114,18 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
         let _ = writeln!(out, "\nTool: {}.", meta.tool);
     }
 
-    let (headers, rows) = table::headline(data);
+    if data.measurements.iter().any(|m| m.intra_gpu) {
+        let _ = write!(out, "\n{INTRA_GPU_BANNER}");
+    }
+
+    let (headers, rows) = table::headline(data, Figure::BackToBack);
     if !rows.is_empty() {
         let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
         let _ = write!(
             out,
-            "\n## Headline\n\n{}\nMedian time per operation (and bus bandwidth from 16 MiB up) of each mode's best \
-             variant. *gpu vs best other*: the best other series' median over gpu's — above 1, gpu is faster.{}\n",
+            "\n## Headline: back to back\n\n{}\nMedian time per operation issued back to back (streaming; and bus \
+             bandwidth from 16 MiB up) of each mode's best variant. *gpu vs best other*: the best other series' \
+             median over gpu's — above 1, gpu is faster.{}\n",
             table::markdown_table(&headers, &rows),
             if has_procs {
                 " *gpu-procs vs gpu*: how much longer the gpu-procs median is than gpu's, in percent (from twice \
@@ -101,6 +133,18 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
             } else {
                 ""
             }
+        );
+    }
+
+    let (headers, rows) = table::headline(data, Figure::Isolated);
+    if !rows.is_empty() {
+        let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let _ = write!(
+            out,
+            "\n## Headline: isolated\n\n{}\nMedian time of one operation between dependent kernels, complete on \
+             every rank (the slowest rank's), of each mode's best variant: what a collective costs between two \
+             compute kernels of a model. Same comparison as above.\n",
+            table::markdown_table(&headers, &rows)
         );
     }
 
@@ -117,11 +161,12 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
 
     for op in data.operations() {
         let _ = writeln!(out, "\n## {}\n", table::caption(data, op));
-        for kind in [PlotKind::Latency, PlotKind::Bandwidth] {
+        for kind in [PlotKind::Latency, PlotKind::Isolated, PlotKind::Bandwidth] {
             let file = kind.file_name(op);
             if plots.contains(&file) {
                 let alt = match kind {
-                    PlotKind::Latency => "time per operation",
+                    PlotKind::Latency => "time per operation, back to back",
+                    PlotKind::Isolated => "time per operation, isolated",
                     PlotKind::Bandwidth => "bus bandwidth",
                 };
                 let _ = writeln!(out, "![{} {alt}]({file})", op.name());

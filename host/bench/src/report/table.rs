@@ -4,8 +4,19 @@ use crate::model::{BenchData, Measurement, Mode, Operation, Series};
 use crate::sizes::format_size;
 
 /// Column headers of the per-operation tables.
-pub const HEADERS: [&str; 10] =
-    ["size", "series", "median µs", "min µs", "max µs", "algbw GB/s", "busbw GB/s", "host CPU µs/op", "SMs", "graph"];
+pub const HEADERS: [&str; 11] = [
+    "size",
+    "series",
+    "median µs",
+    "min µs",
+    "max µs",
+    "isolated µs",
+    "algbw GB/s",
+    "busbw GB/s",
+    "host CPU µs/op",
+    "SMs",
+    "graph",
+];
 
 /// A number with a precision that suits its magnitude (3 significant digits or more).
 pub fn fmt_num(v: f64) -> String {
@@ -31,6 +42,7 @@ pub fn row(m: &Measurement) -> Vec<String> {
         fmt_num(m.median_us),
         fmt_num(m.min_us),
         fmt_num(m.max_us),
+        opt(m.isolated.map(|i| fmt_num(i.median_us))),
         fmt_num(m.algbw_gbps),
         fmt_num(m.busbw_gbps),
         opt(m.host_cpu_us_per_op.map(fmt_num)),
@@ -46,13 +58,34 @@ pub fn rows(data: &BenchData, op: Operation) -> Vec<&Measurement> {
     rows
 }
 
-/// A caption for `op`'s table: "All-reduce — bf16, 2 GPUs".
+/// A caption for `op`'s table: "All-reduce — bf16, 2 GPUs", or "All-reduce — bf16, 2 ranks on one GPU
+/// (intra-GPU)" for the one-GPU run.
 pub fn caption(data: &BenchData, op: Operation) -> String {
     let first = data.measurements.iter().find(|m| m.op == op && m.mode != Mode::Anchor);
     let first = first.or_else(|| data.measurements.iter().find(|m| m.op == op));
     match first {
+        Some(m) if m.intra_gpu => format!("{} — {}, {} ranks on one GPU (intra-GPU)", op.title(), m.dtype, m.world),
         Some(m) => format!("{} — {}, {} GPUs", op.title(), m.dtype, m.world),
         None => op.title().to_owned(),
+    }
+}
+
+/// Which figure of a point a headline compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Figure {
+    /// The median of back-to-back operations (streaming).
+    BackToBack,
+    /// The median of isolated operations ([`Measurement::isolated`]).
+    Isolated,
+}
+
+impl Figure {
+    /// The figure of `m`, µs; `None` where the point has none.
+    pub fn of(self, m: &Measurement) -> Option<f64> {
+        match self {
+            Figure::BackToBack => Some(m.median_us),
+            Figure::Isolated => m.isolated.map(|i| i.median_us),
+        }
     }
 }
 
@@ -166,16 +199,20 @@ pub fn headline_points(data: &BenchData) -> Vec<(Operation, u64)> {
 
 /// The fastest point of `mode` at (op, bytes) (the best queue depth for the proxy, the best anchor), not
 /// counting the `gpu-procs` series, which has a column of its own.
-fn best(data: &BenchData, op: Operation, bytes: u64, mode: Mode) -> Option<&Measurement> {
+fn best(data: &BenchData, op: Operation, bytes: u64, mode: Mode, figure: Figure) -> Option<(&Measurement, f64)> {
     data.measurements
         .iter()
         .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode && !m.series().is_procs())
-        .min_by(|a, b| a.median_us.total_cmp(&b.median_us))
+        .filter_map(|m| figure.of(m).map(|us| (m, us)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
-/// The `gpu-procs` point at (op, bytes).
-fn procs(data: &BenchData, op: Operation, bytes: u64) -> Option<&Measurement> {
-    data.measurements.iter().find(|m| m.op == op && m.bytes == bytes && m.series().is_procs())
+/// The `gpu-procs` point at (op, bytes), with its figure.
+fn procs(data: &BenchData, op: Operation, bytes: u64, figure: Figure) -> Option<(&Measurement, f64)> {
+    data.measurements
+        .iter()
+        .find(|m| m.op == op && m.bytes == bytes && m.series().is_procs())
+        .and_then(|m| figure.of(m).map(|us| (m, us)))
 }
 
 /// How much longer `procs` took than `single`, in percent of `single` ("+1.4 %", "−0.3 %"), or as a
@@ -189,18 +226,18 @@ pub fn percent_longer(procs: f64, single: f64) -> String {
     if pct < 0.0 { format!("−{:.1} %", -pct) } else { format!("+{pct:.1} %") }
 }
 
-/// A headline cell without the variant: the median, and bus bandwidth for large messages.
-fn cell_plain(m: &Measurement) -> String {
-    let mut s = format!("{} µs", fmt_num(m.median_us));
+/// A headline cell without the variant: the figure, and bus bandwidth for large messages.
+fn cell_plain((m, us): (&Measurement, f64)) -> String {
+    let mut s = format!("{} µs", fmt_num(us));
     if m.bytes >= 16 << 20 {
-        s += &format!(" · {} GB/s", fmt_num(m.busbw_gbps));
+        s += &format!(" · {} GB/s", fmt_num(crate::bandwidth::busbw_gbps(m.op, m.world, m.bytes, us)));
     }
     s
 }
 
-/// A headline cell: the median, bus bandwidth for large messages, and which variant when it matters.
-fn cell(m: &Measurement) -> String {
-    let mut s = cell_plain(m);
+/// A headline cell: the figure, bus bandwidth for large messages, and which variant when it matters.
+fn cell((m, us): (&Measurement, f64)) -> String {
+    let mut s = cell_plain((m, us));
     if m.mode == Mode::Anchor {
         s += &format!(" ({})", m.label.as_deref().unwrap_or("anchor"));
     } else if let Some(depth) = m.queue_depth {
@@ -215,13 +252,18 @@ fn cell(m: &Measurement) -> String {
 /// and how much faster `gpu` is than the best of the others (anchors included). When the data has the
 /// `gpu-procs` series, it has its own column after `gpu` and a last column says how much longer it took
 /// than `gpu` (the other columns leave it out: it is the gpu mode in other processes).
-pub fn headline(data: &BenchData) -> (Vec<String>, Vec<Vec<String>>) {
+///
+/// `figure` picks what is compared: back-to-back medians, or isolated ones (points without an isolated
+/// figure are then left out).
+pub fn headline(data: &BenchData, figure: Figure) -> (Vec<String>, Vec<Vec<String>>) {
     let modes: Vec<Mode> = Mode::RUNNABLE
         .into_iter()
-        .filter(|mode| data.measurements.iter().any(|m| m.mode == *mode && !m.series().is_procs()))
+        .filter(|mode| {
+            data.measurements.iter().any(|m| m.mode == *mode && !m.series().is_procs() && figure.of(m).is_some())
+        })
         .collect();
-    let has_procs = data.measurements.iter().any(|m| m.series().is_procs());
-    let anchors = data.measurements.iter().any(|m| m.mode == Mode::Anchor);
+    let has_procs = data.measurements.iter().any(|m| m.series().is_procs() && figure.of(m).is_some());
+    let anchors = data.measurements.iter().any(|m| m.mode == Mode::Anchor && figure.of(m).is_some());
     let mut headers: Vec<String> = vec!["operation".into(), "size".into()];
     for mode in &modes {
         headers.push(mode.name().to_owned());
@@ -241,34 +283,41 @@ pub fn headline(data: &BenchData) -> (Vec<String>, Vec<Vec<String>>) {
     }
     let mut rows = Vec::new();
     for (op, bytes) in headline_points(data) {
+        if !data.measurements.iter().any(|m| m.op == op && m.bytes == bytes && figure.of(m).is_some()) {
+            continue;
+        }
         let mut row = vec![op.name().to_owned(), format_size(bytes)];
-        let procs_cell = || procs(data, op, bytes).map_or_else(|| "–".to_owned(), cell_plain);
+        let procs_cell = || procs(data, op, bytes, figure).map_or_else(|| "–".to_owned(), cell_plain);
         if has_procs && !modes.contains(&Mode::Gpu) {
             row.push(procs_cell());
         }
         for &mode in &modes {
-            row.push(best(data, op, bytes, mode).map_or_else(|| "–".to_owned(), cell));
+            row.push(best(data, op, bytes, mode, figure).map_or_else(|| "–".to_owned(), cell));
             if mode == Mode::Gpu && has_procs {
                 row.push(procs_cell());
             }
         }
         if anchors {
-            row.push(best(data, op, bytes, Mode::Anchor).map_or_else(|| "–".to_owned(), cell));
+            row.push(best(data, op, bytes, Mode::Anchor, figure).map_or_else(|| "–".to_owned(), cell));
         }
         let others = data
             .measurements
             .iter()
             .filter(|m| m.op == op && m.bytes == bytes && m.mode != Mode::Gpu)
-            .min_by(|a, b| a.median_us.total_cmp(&b.median_us));
-        row.push(match (best(data, op, bytes, Mode::Gpu), others) {
-            (Some(gpu), Some(other)) => format!("{:.2}× ({})", other.median_us / gpu.median_us, other.series()),
+            .filter_map(|m| figure.of(m).map(|us| (m, us)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        row.push(match (best(data, op, bytes, Mode::Gpu, figure), others) {
+            (Some((_, gpu)), Some((other, us))) => format!("{:.2}× ({})", us / gpu, other.series()),
             _ => "–".to_owned(),
         });
         if has_procs {
-            let single =
-                data.measurements.iter().find(|m| m.op == op && m.bytes == bytes && m.series() == Series::gpu());
-            row.push(match (procs(data, op, bytes), single) {
-                (Some(p), Some(g)) => percent_longer(p.median_us, g.median_us),
+            let single = data
+                .measurements
+                .iter()
+                .find(|m| m.op == op && m.bytes == bytes && m.series() == Series::gpu())
+                .and_then(|m| figure.of(m));
+            row.push(match (procs(data, op, bytes, figure), single) {
+                (Some((_, p)), Some(g)) => percent_longer(p, g),
                 _ => "–".to_owned(),
             });
         }
