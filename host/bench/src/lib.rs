@@ -17,6 +17,7 @@
 //! | [`ferro`] | the `gpu` and `proxy` modes on ferrocomm's runtime and kernels (under a launcher, the gpu mode's `gpu-procs` series: one process per GPU), and the opener of every mode |
 //! | [`anchors`] | figures from the anchor scripts' output (torch symm_mem, NCCL, CUDA C++) |
 //! | [`crossover`] | which mode wins at which size |
+//! | [`recommend`] | the recommended mode and algorithm per size range, and the tuning file a `Communicator` loads |
 //! | [`report`] | terminal table, JSON, CSV, SVG plots, the report folder |
 //! | [`cli`] | `ferrocomm bench`'s arguments and driver (SPMD under a launcher: rank 0 reports; `--merge` joins runs) |
 //!
@@ -35,6 +36,7 @@ pub mod ferro;
 pub mod gpu;
 pub mod method;
 pub mod model;
+pub mod recommend;
 pub mod reference;
 pub mod report;
 pub mod sizes;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ferrocomm::{Backend as TeamBackend, Team};
 use ferrocomm_bench::backend::{Backend, BackendError, BackendOpener, OpenConfig, Request};
-use ferrocomm_bench::ferro::gpu_mode::{GpuBackend, PING_MAX_BYTES, Variant};
+use ferrocomm_bench::ferro::gpu_mode::{GpuBackend, PING_MAX_BYTES, Variant, label_algorithm};
 use ferrocomm_bench::ferro::proxy_mode::ProxyBackend;
 use ferrocomm_bench::ferro::{FerroBackends, LL_LABEL, grid};
 use ferrocomm_bench::method::{Plan, measure};
@@ -163,6 +163,10 @@ impl BackendOpener for Emulated {
         match (mode, config.variant.as_deref()) {
             (Mode::Gpu, None) => Ok(Box::new(GpuBackend::new(self.0, Variant::Main)?)),
             (Mode::Gpu, Some(LL_LABEL)) => Ok(Box::new(GpuBackend::new(self.0, Variant::Ll)?)),
+            (Mode::Gpu, Some(label)) if label_algorithm(label).is_some() => {
+                let algorithm = label_algorithm(label).unwrap();
+                Ok(Box::new(GpuBackend::new(self.0, Variant::AllReduce(algorithm))?))
+            }
             (Mode::Proxy, None) => Ok(Box::new(ProxyBackend::emulated(self.0, config.queue_depth)?)),
             _ => Err(BackendError::NotAvailable { mode, reason: "not emulated".into() }),
         }
@@ -174,7 +178,7 @@ impl BackendOpener for Emulated {
 }
 
 #[test]
-fn sweep_labels_the_ll_variant() {
+fn sweep_labels_the_variants_and_recommends_thresholds() {
     let mut emulated = Emulated(team());
     let mut data = BenchData::default();
     let plan = Plan {
@@ -195,12 +199,46 @@ fn sweep_labels_the_ll_variant() {
     let series: Vec<String> = data.series(Operation::PingPong).iter().map(ToString::to_string).collect();
     assert_eq!(series, ["gpu", "gpu-ll"]);
     // gpu-ll: ping-pong to 256 B, one entry for the sizes above, nothing about all-reduce.
-    let ll: Vec<u64> = data.measurements.iter().filter(|m| m.label.is_some()).map(|m| m.bytes).collect();
+    let ll: Vec<u64> =
+        data.measurements.iter().filter(|m| m.label.as_deref() == Some(LL_LABEL)).map(|m| m.bytes).collect();
     assert_eq!(ll, [8, 256]);
-    let skipped: Vec<_> = data.skipped.iter().map(|s| (s.series().to_string(), s.op, s.bytes)).collect();
-    assert_eq!(skipped, [("gpu-ll".to_owned(), Operation::PingPong, Some(2048))], "{:#?}", data.skipped);
+    let series: Vec<String> = data.series(Operation::AllReduce).iter().map(ToString::to_string).collect();
+    assert_eq!(series, ["gpu", "gpu-ll-one-shot", "gpu-one-shot", "gpu-two-shot"]);
+    // The emulator's thresholds: LL up to 256 B, one-shot up to 1 KiB; each forced algorithm stops at its
+    // limit with one entry, the two-shot runs everywhere.
+    let mut skipped: Vec<_> = data.skipped.iter().map(|s| (s.series().to_string(), s.op, s.bytes)).collect();
+    skipped.sort();
+    assert_eq!(
+        skipped,
+        [
+            ("gpu-ll".to_owned(), Operation::PingPong, Some(2048)),
+            ("gpu-ll-one-shot".to_owned(), Operation::AllReduce, Some(2048)),
+            ("gpu-one-shot".to_owned(), Operation::AllReduce, Some(2048)),
+        ],
+        "{:#?}",
+        data.skipped
+    );
     assert_eq!(data.points(Operation::AllReduce, &data.series(Operation::AllReduce)[0]).len(), 3);
+    assert_eq!(data.points(Operation::AllReduce, &data.series(Operation::AllReduce)[3]).len(), 3);
     assert!(data.measurements.iter().all(|m| m.median_us > 0.0 && m.host_cpu_us_per_op.is_some()));
+    // Every all-reduce point also has its isolated figure.
+    assert!(data.measurements.iter().filter(|m| m.op == Operation::AllReduce).all(|m| m.isolated.is_some()));
+
+    // The recommendation: thresholds no larger than the sizes the LL and one-shot ran at, which a
+    // communicator's tuning loads.
+    let winners = ferrocomm_bench::recommend::algorithm_winners(&data);
+    assert_eq!(winners.iter().map(|w| w.0).collect::<Vec<_>>(), [8, 256], "two algorithms or more ran at 8 and 256 B");
+    let t = ferrocomm_bench::recommend::thresholds(&winners).unwrap();
+    assert!(t.ll_all_reduce_max_bytes <= t.one_shot_max_bytes && t.one_shot_max_bytes <= 256, "{t:?}");
+    let text = ferrocomm_bench::recommend::tuning_file(&data).unwrap();
+    assert!(text.contains("all-reduce:") && text.contains("one_shot_max_bytes="), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tuning.txt");
+    std::fs::write(&path, &text).unwrap();
+    let mut tuning = Tuning::emulator();
+    tuning.apply_file(&path).unwrap();
+    assert_eq!(tuning.one_shot_max_bytes as u64, t.one_shot_max_bytes);
+    assert_eq!(tuning.ll_all_reduce_max_bytes as u64, t.ll_all_reduce_max_bytes);
 }
 
 #[test]

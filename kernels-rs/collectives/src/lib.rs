@@ -55,7 +55,7 @@ mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
     Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, TUNING_ENV,
-    Tuning, reference, verify,
+    TUNING_FILE_ENV, Tuning, reference, verify,
 };
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use ferrocomm::{SymBuffer, Team, TeamGraph};
 use ferrocomm_device::{bf16, f16};
-use ferrocomm_kernels::{CommError, Communicator, Op, PingProtocol, Reducible, Route};
+use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, PingProtocol, Reducible, Route};
 
 use super::checks::{self, put_round_trip, unsupported_u8};
 use super::timed::{Pattern, Stamps};
@@ -43,12 +43,32 @@ pub enum Variant {
     Ll,
     /// `gpu-procs`: the collectives, one process per rank (a team that spans processes).
     Procs,
+    /// `gpu-ll-one-shot`, `gpu-one-shot`, `gpu-two-shot`: the all-reduce with one algorithm at every size
+    /// it can run, where the `gpu` series picks by size: the sweep that tunes the thresholds.
+    AllReduce(Algorithm),
+}
+
+/// The all-reduce algorithms a sweep measures one by one, in the order the library's thresholds use them.
+pub const ALL_REDUCE_ALGORITHMS: [Algorithm; 3] = [Algorithm::LlOneShot, Algorithm::OneShot, Algorithm::TwoShot];
+
+/// The series label of an all-reduce algorithm (`ll-one-shot`, `one-shot`, `two-shot`).
+pub fn algorithm_label(algorithm: Algorithm) -> &'static str {
+    match algorithm {
+        Algorithm::LlOneShot => "ll-one-shot",
+        Algorithm::OneShot => "one-shot",
+        Algorithm::TwoShot => "two-shot",
+    }
+}
+
+/// The algorithm a series label names, if it names one.
+pub fn label_algorithm(label: &str) -> Option<Algorithm> {
+    ALL_REDUCE_ALGORITHMS.into_iter().find(|a| algorithm_label(*a) == label)
 }
 
 impl Variant {
     fn protocol(self) -> PingProtocol {
         match self {
-            Variant::Main | Variant::Procs => PingProtocol::ReleaseAcquire,
+            Variant::Main | Variant::Procs | Variant::AllReduce(_) => PingProtocol::ReleaseAcquire,
             Variant::Ll => PingProtocol::Ll,
         }
     }
@@ -59,6 +79,15 @@ impl Variant {
             Variant::Main => None,
             Variant::Ll => Some(LL_LABEL),
             Variant::Procs => Some(PROCS_LABEL),
+            Variant::AllReduce(algorithm) => Some(algorithm_label(algorithm)),
+        }
+    }
+
+    /// The all-reduce algorithm this series forces, if any.
+    fn algorithm(self) -> Option<Algorithm> {
+        match self {
+            Variant::AllReduce(algorithm) => Some(algorithm),
+            _ => None,
         }
     }
 }
@@ -103,7 +132,7 @@ impl GpuBackend {
                         .into(),
                 });
             }
-            (Variant::Main | Variant::Ll, true) => {
+            (Variant::Main | Variant::Ll | Variant::AllReduce(_), true) => {
                 let rank = team.local_ranks().first().copied().unwrap_or(0);
                 let what = format!("the gpu{} series", variant.label().map(|l| format!("-{l}")).unwrap_or_default());
                 return Err(BackendError::OneProcessOnly { mode: Mode::Gpu, what, rank, world: team.world() });
@@ -143,8 +172,14 @@ impl GpuBackend {
             return Ok(());
         }
         self.captured = None;
-        let recorded = workload(&mut self.comm, &mut self.stamps, self.team, request, Pattern::BackToBack)
-            .map_err(comm(Mode::Gpu))?;
+        let recorded = workload(
+            &mut self.comm,
+            &mut self.stamps,
+            self.team,
+            request,
+            (Pattern::BackToBack, self.variant.algorithm()),
+        )
+        .map_err(comm(Mode::Gpu))?;
         let Some(graph) = recorded else {
             return Err(BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() });
         };
@@ -171,8 +206,14 @@ impl GpuBackend {
         } else {
             // The host launches and waits for every call: that is this path's cost, so nothing is left out.
             self.captured = None;
-            workload(&mut self.comm, &mut self.stamps, self.team, request, Pattern::BackToBack)
-                .map_err(comm(Mode::Gpu))?;
+            workload(
+                &mut self.comm,
+                &mut self.stamps,
+                self.team,
+                request,
+                (Pattern::BackToBack, self.variant.algorithm()),
+            )
+            .map_err(comm(Mode::Gpu))?;
             (self.stamps.longest_ns(&ranks).map_err(stamp_error)?, Duration::ZERO, self.blocks(request))
         };
         let hops = if request.op == Operation::PingPong { 2 } else { 1 };
@@ -201,7 +242,7 @@ fn workload(
     stamps: &mut Stamps,
     team: &'static Team,
     request: &Request,
-    pattern: Pattern,
+    (pattern, algorithm): (Pattern, Option<Algorithm>),
 ) -> Result<Option<TeamGraph<'static>>, CommError> {
     let (bytes, iters, world, graph) = (request.bytes as usize, request.iters, team.world(), request.graph);
     match request.op {
@@ -217,9 +258,9 @@ fn workload(
             })
         }
         Operation::AllReduce => match request.dtype {
-            Dtype::Bf16 => all_reduce::<bf16>(comm_, stamps, team, bytes, (iters, graph, pattern)),
-            Dtype::F16 => all_reduce::<f16>(comm_, stamps, team, bytes, (iters, graph, pattern)),
-            Dtype::F32 => all_reduce::<f32>(comm_, stamps, team, bytes, (iters, graph, pattern)),
+            Dtype::Bf16 => all_reduce::<bf16>(comm_, stamps, team, bytes, (iters, graph, pattern), algorithm),
+            Dtype::F16 => all_reduce::<f16>(comm_, stamps, team, bytes, (iters, graph, pattern), algorithm),
+            Dtype::F32 => all_reduce::<f32>(comm_, stamps, team, bytes, (iters, graph, pattern), algorithm),
             // `run` refuses u8 before capturing; the empty element type moves nothing.
             Dtype::U8 => Err(CommError::BadTuning { reason: "no u8 all-reduce".into() }),
         },
@@ -249,9 +290,16 @@ fn all_reduce<T: Reducible>(
     team: &'static Team,
     bytes: usize,
     (iters, graph, pattern): (u64, bool, Pattern),
+    algorithm: Option<Algorithm>,
 ) -> Result<Option<TeamGraph<'static>>, CommError> {
     let mut buf = SymBuffer::<T>::new(team, bytes / size_of::<T>())?;
-    stamps.record(comm_, iters, graph, pattern, |comm_| Ok(comm_.all_reduce(&mut buf, Op::Sum)?.wait()?))
+    stamps.record(comm_, iters, graph, pattern, |comm_| {
+        let guard = match algorithm {
+            Some(algorithm) => comm_.all_reduce_with(&mut buf, Op::Sum, algorithm)?,
+            None => comm_.all_reduce(&mut buf, Op::Sum)?,
+        };
+        Ok(guard.wait()?)
+    })
 }
 
 impl Backend for GpuBackend {
@@ -276,12 +324,26 @@ impl Backend for GpuBackend {
             Variant::Main => true,
             Variant::Ll => op == Operation::PingPong,
             Variant::Procs => op.is_collective(),
+            Variant::AllReduce(_) => op == Operation::AllReduce,
         }
     }
 
     fn size_limit(&self, op: Operation) -> Option<(u64, String)> {
-        (self.variant == Variant::Ll && op == Operation::PingPong)
-            .then(|| (PING_MAX_BYTES as u64, "an LL ping-pong carries its payload in one warp's packets".to_owned()))
+        let t = self.comm.tuning();
+        match (self.variant, op) {
+            (Variant::Ll, Operation::PingPong) => {
+                Some((PING_MAX_BYTES as u64, "an LL ping-pong carries its payload in one warp's packets".to_owned()))
+            }
+            (Variant::AllReduce(Algorithm::LlOneShot), Operation::AllReduce) => Some((
+                t.ll_all_reduce_max_bytes as u64,
+                "the LL region holds messages up to Tuning::ll_all_reduce_max_bytes".to_owned(),
+            )),
+            (Variant::AllReduce(Algorithm::OneShot), Operation::AllReduce) => Some((
+                t.one_shot_max_bytes as u64,
+                "the staging slots hold messages up to Tuning::one_shot_max_bytes".to_owned(),
+            )),
+            _ => None,
+        }
     }
 
     fn supports(&self, op: Operation) -> Result<(), String> {
@@ -289,6 +351,11 @@ impl Backend for GpuBackend {
             (Variant::Main, _) | (Variant::Ll, Operation::PingPong) => Ok(()),
             (Variant::Ll, _) => Err("the gpu-ll series is the LL-packet ping-pong; the gpu series has the rest".into()),
             (Variant::Procs, op) if op.is_collective() => Ok(()),
+            (Variant::AllReduce(_), Operation::AllReduce) => Ok(()),
+            (Variant::AllReduce(algorithm), _) => Err(format!(
+                "the gpu-{} series is the all-reduce with that algorithm; the gpu series has the rest",
+                algorithm_label(algorithm)
+            )),
             (Variant::Procs, _) => Err("the gpu-procs series is the collectives; ping-pong and put are timed across \
                                         two ranks by one process: run them without a launcher"
                 .into()),
@@ -338,9 +405,13 @@ impl Backend for GpuBackend {
         // The back-to-back graph's buffers go first: two generations of 1 GiB buffers need not fit at once.
         self.captured = None;
         let request = Request { iters: ops, graph: true, ..*request };
-        let graph = workload(&mut self.comm, &mut stamps, self.team, &request, Pattern::Isolated)
-            .map_err(comm(Mode::Gpu))?
-            .ok_or_else(|| BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() })?;
+        let graph =
+            workload(&mut self.comm, &mut stamps, self.team, &request, (Pattern::Isolated, self.variant.algorithm()))
+                .map_err(comm(Mode::Gpu))?
+                .ok_or_else(|| BackendError::External {
+                    mode: Mode::Gpu,
+                    source: "a capture returned no graph".into(),
+                })?;
         // One untimed replay, so that every operation timed runs on warm buffers and a loaded graph.
         stamps.replay(&graph).map_err(stamp_error)?;
         stamps.replay(&graph).map_err(stamp_error)?;
@@ -371,6 +442,12 @@ impl Backend for GpuBackend {
                  be recorded on the runtime's streams). SMs: blocks per rank of the library's grid for the call."
                     .to_owned(),
             ],
+            Variant::AllReduce(algorithm) => vec![format!(
+                "gpu-{0}: the all-reduce forced to the {0} algorithm (Communicator::all_reduce_with) at every size it \
+                 can run, timed as the gpu series; the gpu series picks the algorithm by size, and these series \
+                 are where the picking thresholds come from (the recommended tuning below).",
+                algorithm_label(algorithm)
+            )],
             Variant::Ll => vec![format!(
                 "gpu-ll: the library's LL-packet ping-pong (data and flag in each 16-byte store, no fence), every \
                  round trip of a trial inside one launch, timed with %globaltimer; payloads up to {PING_MAX_BYTES} B."

@@ -92,6 +92,10 @@ impl BackendOpener for FerroBackends {
         match (mode, variant) {
             (Mode::Gpu, None) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Main)?)),
             (Mode::Gpu, Some(LL_LABEL)) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Ll)?)),
+            (Mode::Gpu, Some(label)) if gpu_mode::label_algorithm(label).is_some() => {
+                let algorithm = gpu_mode::label_algorithm(label).unwrap_or(ferrocomm_kernels::Algorithm::TwoShot);
+                Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::AllReduce(algorithm))?))
+            }
             (Mode::Gpu, Some(PROCS_LABEL)) => Err(BackendError::NotAvailable {
                 mode,
                 reason: "the gpu-procs series runs one process per GPU: start the bench under a launcher, e.g. \
@@ -117,7 +121,10 @@ impl BackendOpener for FerroBackends {
         let under_launcher = job_env(mode).is_ok_and(|job| job.is_some());
         match mode {
             Mode::Gpu if under_launcher => vec![Some(PROCS_LABEL.to_owned())],
-            Mode::Gpu => vec![None, Some(LL_LABEL.to_owned())],
+            Mode::Gpu => [None, Some(LL_LABEL.to_owned())]
+                .into_iter()
+                .chain(gpu_mode::ALL_REDUCE_ALGORITHMS.iter().map(|a| Some(gpu_mode::algorithm_label(*a).to_owned())))
+                .collect(),
             Mode::Nccl => vec![None, Some(crate::gpu::nccl_mode::EAGER_LABEL.to_owned())],
             _ => vec![None],
         }

@@ -2,7 +2,7 @@
 //!
 //! A report folder (`bench/` in the repository) has `README.md` (headline table, crossover summary,
 //! plots and tables), `data.json`, `data.csv`, and up to three plots per operation (`<op>-latency.svg`,
-//! `<op>-isolated.svg`, `<op>-bandwidth.svg`).
+//! `<op>-isolated.svg`, `<op>-bandwidth.svg`), and `tuning.txt`, the recommendation from the crossovers.
 
 pub mod data;
 pub mod plot;
@@ -36,6 +36,9 @@ pub enum ReportError {
     Plot(#[from] PlotError),
 }
 
+/// The recommendation a report folder holds ([`crate::recommend::tuning_file`]), when there is one.
+pub const TUNING_FILE: &str = "tuning.txt";
+
 fn write(path: PathBuf, contents: &str) -> Result<PathBuf, ReportError> {
     std::fs::write(&path, contents).map_err(|source| ReportError::Io { path: path.clone(), source })?;
     Ok(path)
@@ -59,6 +62,10 @@ pub fn write_report(dir: &Path, data: &BenchData) -> Result<Vec<PathBuf>, Report
                 files.push(path);
             }
         }
+    }
+    let tuning = crate::recommend::tuning_file(data);
+    if let Some(text) = &tuning {
+        files.push(write(dir.join(TUNING_FILE), text)?);
     }
     files.push(write(dir.join("README.md"), &readme::readme(data, &plots))?);
     Ok(files)

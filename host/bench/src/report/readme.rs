@@ -157,6 +157,14 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
                 let _ = writeln!(out, "- {line}");
             }
         }
+        if let Some(tuning) = crate::recommend::tuning_file(data) {
+            let _ = write!(
+                out,
+                "\n**Recommendation** ([{0}]({0}); `FERROCOMM_TUNING_FILE={0}` makes a `Communicator` load its \
+                 thresholds):\n\n```text\n{tuning}```\n",
+                crate::report::TUNING_FILE
+            );
+        }
     }
 
     for op in data.operations() {

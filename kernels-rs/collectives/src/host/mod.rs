@@ -21,7 +21,7 @@ pub mod verify;
 
 pub use communicator::{Communicator, PingPong, PingProtocol, Route};
 pub use error::CommError;
-pub use tuning::{TUNING_ENV, Tuning};
+pub use tuning::{TUNING_ENV, TUNING_FILE_ENV, Tuning};
 
 use ferrocomm_device::{bf16, f16};
 

@@ -46,6 +46,10 @@ pub struct Tuning {
 /// with them.
 pub const TUNING_ENV: &str = "FERROCOMM_TUNING";
 
+/// A file of overrides (`field=value` lines, `#` comments), such as the `tuning.txt` that `ferrocomm bench`
+/// writes from its sweeps: read by [`Tuning::for_team`] before [`TUNING_ENV`], which wins over it.
+pub const TUNING_FILE_ENV: &str = "FERROCOMM_TUNING_FILE";
+
 /// Bytes of two-shot scratch per rank on GPUs: slots of 64 MiB on two ranks, so a 256 MiB all-reduce runs
 /// in two segments (fewer flow-control round trips: 351 → 357 GB/s bus bandwidth measured).
 const GPU_SCRATCH_BYTES: usize = 128 << 20;
@@ -53,12 +57,16 @@ const GPU_SCRATCH_BYTES: usize = 128 << 20;
 impl Tuning {
     /// Defaults for `team`: on GPUs, blocks up to the SMs each rank may use (the SM count of its GPU divided
     /// by the ranks sharing it); on the emulator, two blocks of one warp and buffers of a few hundred bytes.
-    /// Then applies the overrides of `FERROCOMM_TUNING` ([`TUNING_ENV`]).
+    /// Then applies the file `FERROCOMM_TUNING_FILE` names ([`TUNING_FILE_ENV`]), then the overrides of
+    /// `FERROCOMM_TUNING` ([`TUNING_ENV`]).
     pub fn for_team(team: &Team) -> Result<Tuning, CommError> {
         let mut tuning = match team.backend() {
             Backend::Emulator => Tuning::emulator(),
             Backend::Cuda => Tuning::gpu(sms_per_rank(team)?, team.world()),
         };
+        if let Some(path) = std::env::var_os(TUNING_FILE_ENV).filter(|p| !p.is_empty()) {
+            tuning.apply_file(std::path::Path::new(&path))?;
+        }
         if let Ok(overrides) = std::env::var(TUNING_ENV) {
             tuning.apply(&overrides)?;
         }
@@ -70,9 +78,14 @@ impl Tuning {
     /// naming it, and leaves `self` unchanged; the result is checked by [`Tuning::validate`] when a
     /// communicator is made.
     pub fn apply(&mut self, overrides: &str) -> Result<(), CommError> {
+        self.apply_from(overrides, TUNING_ENV)
+    }
+
+    /// [`Tuning::apply`], errors saying the overrides came from `source`.
+    fn apply_from(&mut self, overrides: &str, source: &str) -> Result<(), CommError> {
         let mut next = self.clone();
         for pair in overrides.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = |why: &str| CommError::BadTuning { reason: format!("`{pair}` in {TUNING_ENV}: {why}") };
+            let bad = |why: &str| CommError::BadTuning { reason: format!("`{pair}` in {source}: {why}") };
             let (field, value) = pair.split_once('=').ok_or_else(|| bad("write field=value"))?;
             let value = parse_size(value.trim()).ok_or_else(|| bad("the value is not a whole number or size"))?;
             let small = |v: u64| u32::try_from(v).map_err(|_| bad("the value is too large"));
@@ -93,6 +106,18 @@ impl Tuning {
         }
         *self = next;
         Ok(())
+    }
+
+    /// Applies the overrides in the file at `path`: one `field=value` per line (or several, separated by
+    /// commas), `#` starting a comment. An unreadable file, or a line [`Tuning::apply`] refuses, is an error
+    /// naming the file and leaves `self` unchanged.
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<(), CommError> {
+        let text = std::fs::read_to_string(path).map_err(|e| CommError::BadTuning {
+            reason: format!("cannot read {} ({TUNING_FILE_ENV}): {e}", path.display()),
+        })?;
+        let overrides: Vec<&str> =
+            text.lines().map(|line| line.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect();
+        self.apply_from(&overrides.join(","), &format!("{} ({TUNING_FILE_ENV})", path.display()))
     }
 
     /// GPU defaults for `world` ranks that may each use `sms` multiprocessors. The one-shot push sends
@@ -221,6 +246,26 @@ fn sms_per_rank(team: &Team) -> Result<u32, CommError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tuning_file_applies_its_lines_and_names_itself_in_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tuning.txt");
+        std::fs::write(
+            &path,
+            "# from a sweep\nll_all_reduce_max_bytes=64KiB  # LL up to here\n\none_shot_max_bytes=2097152\n",
+        )
+        .unwrap();
+        let mut t = Tuning::gpu(132, 2);
+        t.apply_file(&path).unwrap();
+        assert_eq!((t.ll_all_reduce_max_bytes, t.one_shot_max_bytes), (64 << 10, 2 << 20));
+        std::fs::write(&path, "one_shot_max_bytes=1MiB\nno_such_field=3\n").unwrap();
+        let e = t.apply_file(&path).unwrap_err().to_string();
+        assert!(e.contains("tuning.txt") && e.contains("no_such_field"), "{e}");
+        assert_eq!(t.one_shot_max_bytes, 2 << 20, "a refused file changes nothing");
+        let e = t.apply_file(&dir.path().join("missing.txt")).unwrap_err().to_string();
+        assert!(e.contains("cannot read") && e.contains(TUNING_FILE_ENV), "{e}");
+    }
 
     #[test]
     fn defaults_are_valid() {

@@ -1,0 +1,139 @@
+//! What to use at which size, from the measurements: per operation, the fastest series by size range
+//! (mode and, for the all-reduce, algorithm), and the all-reduce thresholds that make the library's
+//! `Communicator` pick the fastest of its algorithms at each size measured.
+//!
+//! The report writes it as `tuning.txt`: comments say which mode and algorithm won where, and the lines
+//! that are not comments are `Tuning` overrides (`field=value`), which a communicator loads when
+//! `FERROCOMM_TUNING_FILE` names the file.
+
+use std::fmt::Write as _;
+
+use ferrocomm_kernels::Algorithm;
+
+use crate::ferro::gpu_mode::{ALL_REDUCE_ALGORITHMS, algorithm_label};
+use crate::model::{BenchData, Mode, Operation, Series};
+use crate::sizes::format_size;
+
+/// The all-reduce thresholds the measurements call for (the `Tuning` fields of the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AllReduceThresholds {
+    /// Messages up to this many bytes use the LL one-shot.
+    pub ll_all_reduce_max_bytes: u64,
+    /// Messages above the LL limit and up to this many bytes use the one-shot push; larger, the two-shot.
+    pub one_shot_max_bytes: u64,
+}
+
+/// The fastest all-reduce algorithm at each size where at least two of the `gpu-<algorithm>` series
+/// were measured, ascending.
+pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
+    let series =
+        |a: Algorithm| Series { mode: Mode::Gpu, label: Some(algorithm_label(a).to_owned()), queue_depth: None };
+    let mut sizes: Vec<u64> = data
+        .measurements
+        .iter()
+        .filter(|m| m.op == Operation::AllReduce && m.mode == Mode::Gpu)
+        .map(|m| m.bytes)
+        .collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut out = Vec::new();
+    for bytes in sizes {
+        let at: Vec<(Algorithm, f64)> = ALL_REDUCE_ALGORITHMS
+            .iter()
+            .filter_map(|&a| {
+                data.points(Operation::AllReduce, &series(a))
+                    .iter()
+                    .find(|m| m.bytes == bytes)
+                    .map(|m| (a, m.median_us))
+            })
+            .collect();
+        if at.len() < 2 {
+            continue;
+        }
+        if let Some((best, _)) = at.iter().min_by(|x, y| x.1.total_cmp(&y.1)) {
+            out.push((bytes, *best));
+        }
+    }
+    out
+}
+
+/// Thresholds from `winners` (ascending sizes): the library picks LL, then one-shot, then two-shot as the
+/// size grows, so the LL range ends at the last size of the leading run of LL wins, and the one-shot range
+/// at the last size of the run of LL or one-shot wins that follows. A lone win of a smaller algorithm
+/// above a larger one's is not followed: the thresholds stay monotone, and that size is named in the
+/// report's table beside them. `None` without winners.
+pub fn thresholds(winners: &[(u64, Algorithm)]) -> Option<AllReduceThresholds> {
+    if winners.is_empty() {
+        return None;
+    }
+    let rank = |a: Algorithm| ALL_REDUCE_ALGORITHMS.iter().position(|x| *x == a).unwrap_or(2);
+    let last_run = |upto: usize| winners.iter().take_while(|(_, a)| rank(*a) <= upto).last().map_or(0, |(b, _)| *b);
+    Some(AllReduceThresholds { ll_all_reduce_max_bytes: last_run(0), one_shot_max_bytes: last_run(1) })
+}
+
+/// The fastest series of `op` by size range among the tool's own single-process series (anchors and
+/// `gpu-procs` left out), as "8 B – 256 KiB: gpu-ll-one-shot" lines.
+pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
+    crate::crossover::fastest(data, op)
+        .into_iter()
+        .filter(|(s, _, _)| !s.is_procs())
+        .map(|(s, from, to)| {
+            if from == to {
+                format!("{}: {s}", format_size(from))
+            } else {
+                format!("{} – {}: {s}", format_size(from), format_size(to))
+            }
+        })
+        .collect()
+}
+
+/// The text of `tuning.txt` for `data`; `None` when no operation had two series to compare.
+pub fn tuning_file(data: &BenchData) -> Option<String> {
+    let ops: Vec<(Operation, Vec<String>)> =
+        data.operations().into_iter().map(|op| (op, mode_ranges(data, op))).filter(|(_, r)| !r.is_empty()).collect();
+    let limits = thresholds(&algorithm_winners(data));
+    if ops.is_empty() && limits.is_none() {
+        return None;
+    }
+    let mut out = format!(
+        "# Recommended by ferrocomm bench from the run of {}{}.\n",
+        crate::report::readme::format_utc(data.meta.created_unix_s),
+        if data.meta.devices.is_empty() { String::new() } else { format!(" on {}", data.meta.devices.join(", ")) }
+    );
+    if data.measurements.iter().any(|m| m.intra_gpu) {
+        out += "# One GPU: the ranks shared it, so these are intra-GPU figures (no NVLink between the ranks).\n";
+    }
+    out += "# The fastest series by size (back-to-back medians):\n";
+    for (op, ranges) in &ops {
+        let _ = writeln!(out, "#   {op}:");
+        for range in ranges {
+            let _ = writeln!(out, "#     {range}");
+        }
+    }
+    if let Some(t) = limits {
+        out += "# The all-reduce thresholds under which Communicator::all_reduce picks the fastest of its algorithms\n\
+                # at every size measured (load with FERROCOMM_TUNING_FILE=tuning.txt; FERROCOMM_TUNING overrides it):\n";
+        let _ = writeln!(out, "ll_all_reduce_max_bytes={}", t.ll_all_reduce_max_bytes);
+        let _ = writeln!(out, "one_shot_max_bytes={}", t.one_shot_max_bytes);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Algorithm::{LlOneShot as Ll, OneShot as One, TwoShot as Two};
+
+    #[test]
+    fn thresholds_follow_the_leading_runs() {
+        let w = [(8, Ll), (1024, Ll), (65536, One), (1 << 20, One), (4 << 20, Two), (1 << 30, Two)];
+        let t = thresholds(&w).unwrap();
+        assert_eq!((t.ll_all_reduce_max_bytes, t.one_shot_max_bytes), (1024, 1 << 20));
+        // LL never fastest: no LL range; one-shot never fastest: its range ends where LL's does.
+        let t = thresholds(&[(8, One), (1024, Two)]).unwrap();
+        assert_eq!((t.ll_all_reduce_max_bytes, t.one_shot_max_bytes), (0, 8));
+        let t = thresholds(&[(8, Ll), (1024, Two), (4096, One)]).unwrap();
+        assert_eq!((t.ll_all_reduce_max_bytes, t.one_shot_max_bytes), (8, 8));
+        assert_eq!(thresholds(&[]), None);
+    }
+}
