@@ -164,6 +164,22 @@ pub enum BackendError {
         /// The repeated ordinal.
         ordinal: usize,
     },
+    /// The mode runs one rank per GPU, and the run puts several on each (the one-GPU run, or
+    /// `FERROCOMM_RANKS_PER_GPU`).
+    #[error(
+        "{mode} runs one rank per GPU ({why}), and this run puts {ranks_per_gpu} ranks on each of GPUs {ordinals:?} \
+         (one GPU visible, or FERROCOMM_RANKS_PER_GPU set): it needs two GPUs"
+    )]
+    OneRankPerGpu {
+        /// The mode.
+        mode: Mode,
+        /// Why the mode cannot share a GPU between ranks.
+        why: &'static str,
+        /// Ranks the run puts on each GPU.
+        ranks_per_gpu: usize,
+        /// The GPUs.
+        ordinals: Vec<usize>,
+    },
     /// libnccl cannot be loaded.
     #[error(
         "NCCL not found: libnccl.so.2 could not be loaded (install NCCL, e.g. `pip install nvidia-nccl-cu13`, \

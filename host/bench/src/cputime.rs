@@ -1,19 +1,23 @@
-//! Host CPU time of the whole process (every thread, user + system), from `CLOCK_PROCESS_CPUTIME_ID`.
+//! Host CPU time of the whole process (every thread, user + system): the sum of every thread's own CPU
+//! clock.
 //!
 //! The proxy mode spends CPU in its proxy thread and the CPU-initiated mode in the issuing thread; both
 //! count, which is the point: the figure is what a mode costs the host per operation. What the measuring
 //! thread spends only waiting for a trial to end (event synchronisation spins by default) is the
 //! harness's cost, not the mode's: backends time it with [`thread_cpu_time`] and it is left out.
 //!
-//! Both clocks are the scheduler's own runtime accounting, in nanoseconds. `getrusage` is not used: it
-//! splits that runtime by timer ticks, so a few milliseconds of CPU over a trial came out in 4 ms steps
-//! (11.45, 5.72 or 0.04 µs per operation at neighbouring points).
+//! Per-thread clocks are the scheduler's runtime accounting to the nanosecond, including the slice a thread
+//! is running right now. Neither process-wide clock is: `getrusage` splits the runtime by timer ticks,
+//! and `CLOCK_PROCESS_CPUTIME_ID` adds up the other threads' runtime as of their last tick, so a proxy
+//! thread spinning through a 1 ms trial on another core could read as zero (the figures came out in 4 ms
+//! steps: 11.45, 5.72 or 0.04 µs per operation at neighbouring points).
 
 use std::time::Duration;
 
-/// User + system CPU time consumed so far by every thread of this process (zero where the OS cannot say).
+/// User + system CPU time consumed so far by every thread of this process: each thread's clock, the
+/// calling thread's read last (zero where the OS cannot say).
 pub fn process_cpu_time() -> Duration {
-    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+    other_threads_cpu_time() + thread_cpu_time()
 }
 
 /// User + system CPU time consumed so far by the calling thread (zero where the OS cannot say).
@@ -21,9 +25,37 @@ pub fn thread_cpu_time() -> Duration {
     cpu_clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The CPU clocks of every thread of this process but the calling one, summed. Where the threads cannot be
+/// listed (no `/proc`), the process clock less the calling thread's.
+fn other_threads_cpu_time() -> Duration {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+            return tasks
+                .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+                .filter(|&tid| tid != me)
+                .map(|tid| cpu_clock(thread_clock(tid)))
+                .sum();
+        }
+    }
+    cpu_clock(libc::CLOCK_PROCESS_CPUTIME_ID).saturating_sub(thread_cpu_time())
+}
+
+/// The CPU clock of thread `tid` of this process: Linux's `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`,
+/// what `pthread_getcpuclockid` returns, made from a thread id (threads the driver started have no
+/// `pthread_t` here). A thread that has exited reads as zero.
+#[cfg(target_os = "linux")]
+fn thread_clock(tid: libc::pid_t) -> libc::clockid_t {
+    const CPUCLOCK_PERTHREAD: libc::clockid_t = 4;
+    const CPUCLOCK_SCHED: libc::clockid_t = 2;
+    (!tid << 3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+}
+
 fn cpu_clock(clock: libc::clockid_t) -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid, writable `timespec`; an unsupported clock returns an error, nothing else.
+    // SAFETY: `now` is a valid, writable `timespec`; an unknown clock returns an error, nothing else.
     if unsafe { libc::clock_gettime(clock, &mut now) } != 0 {
         return Duration::ZERO;
     }
@@ -43,9 +75,12 @@ impl CpuClock {
     }
 
     /// CPU time since [`CpuClock::start`], less `excluded`, divided over `ops` operations, in µs (`None`
-    /// for no operations).
+    /// for no operations). The calling thread's clock is read first here and last at the start, so the
+    /// reading of the other threads' clocks stays out of the span.
     pub fn us_per_op(&self, ops: u64, excluded: Duration) -> Option<f64> {
-        let spent = process_cpu_time().saturating_sub(self.start).saturating_sub(excluded);
+        let mine = thread_cpu_time();
+        let now = mine + other_threads_cpu_time();
+        let spent = now.saturating_sub(self.start).saturating_sub(excluded);
         (ops > 0).then(|| spent.as_secs_f64() * 1e6 / ops as f64)
     }
 }
@@ -80,6 +115,32 @@ mod tests {
         }
         let spent = thread_cpu_time().saturating_sub(before);
         assert!(spent > Duration::ZERO && spent < Duration::from_millis(3), "200 µs of spinning read {spent:?}");
+    }
+
+    #[test]
+    fn another_threads_spin_counts_to_the_microsecond() {
+        // A thread spinning for 2 ms on another core, still running when the clock is read: well under
+        // one timer tick, which a tick-based clock would miss.
+        let clock = CpuClock::start();
+        let (started, stop) = (
+            std::sync::Arc::new(std::sync::Barrier::new(2)),
+            std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let (s, st) = (started.clone(), stop.clone());
+        let spinner = std::thread::spawn(move || {
+            s.wait();
+            let t = std::time::Instant::now();
+            while !st.load(std::sync::atomic::Ordering::Relaxed) || t.elapsed() < Duration::from_millis(2) {
+                std::hint::black_box(0u64);
+            }
+        });
+        started.wait();
+        std::thread::sleep(Duration::from_millis(3));
+        let busy = clock.us_per_op(1, Duration::ZERO).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        // On a loaded machine the spinner may have had less than its wall time: a lower bound only.
+        assert!(busy > 300.0, "a thread spinning ~3 ms read {busy} µs");
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `ferrocomm bench`: when is GPU-initiated communication worth it? The same operations (ping-pong, put,
 //! all-reduce, all-gather, all-to-all) in each mode — `gpu` (ferrocomm kernels), `proxy` (kernels post
-//! descriptors, a host thread issues copies), `cpu` (the host issues `cuMemcpyPeerAsync`), `nccl` — swept
-//! over sizes, with medians, bandwidths, host CPU time, plots and a crossover summary.
+//! descriptors, a host thread issues copies), `cpu` (the host issues `cuMemcpyPeerAsync`), `nccl`
+//! (graph-replayed) and `nccl-eager` — swept over sizes, with medians of back-to-back and of isolated
+//! operations, bandwidths, host CPU time, plots, a crossover summary and a recommended tuning. With one GPU
+//! it runs two ranks on it, and says every figure is intra-GPU.
 //!
 //! | module | job |
 //! | --- | --- |

@@ -110,7 +110,7 @@ fn nccl_mode_checks_and_measures() {
     }
     if gpus == 1 {
         let refused = BuiltinBackends.open(Mode::Nccl, &OpenConfig::default()).map(drop).unwrap_err().to_string();
-        assert!(refused.contains("one rank per GPU") && refused.contains("needs two GPUs"), "{refused}");
+        assert!(refused.contains("nccl runs one rank per GPU") && refused.contains("needs two GPUs"), "{refused}");
         eprintln!("skipped: nccl on one GPU ({refused})");
         return;
     }

@@ -121,13 +121,11 @@ impl NcclBackend {
     /// `nccl-eager` series.
     pub fn open(placement: &Placement, eager: bool) -> Result<NcclBackend, BackendError> {
         if placement.shares_gpus() {
-            return Err(BackendError::NotAvailable {
+            return Err(BackendError::OneRankPerGpu {
                 mode: Mode::Nccl,
-                reason: format!(
-                    "NCCL runs one rank per GPU (a communicator with two ranks on one GPU fails with \"Duplicate GPU \
-                     detected\"), and this run puts {} ranks on each of GPUs {:?}: the nccl mode needs two GPUs",
-                    placement.ranks_per_gpu, placement.ordinals
-                ),
+                why: "a communicator with two ranks on one GPU fails with \"Duplicate GPU detected\"",
+                ranks_per_gpu: placement.ranks_per_gpu,
+                ordinals: placement.ordinals.clone(),
             });
         }
         let gpus = Gpus::open(placement)?;
