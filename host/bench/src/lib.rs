@@ -21,6 +21,7 @@
 //! | [`crossover`] | which mode wins at which size |
 //! | [`recommend`] | the recommended mode and algorithm per size range, and the tuning file a `Communicator` loads |
 //! | [`report`] | terminal table, JSON, CSV, SVG plots, the report folder |
+//! | [`utilization`] | SM activity and NVLink bytes over a window, from NVML (loaded at run time) |
 //! | [`cli`] | `ferrocomm bench`'s arguments and driver (SPMD under a launcher: rank 0 reports; `--merge` joins runs) |
 //!
 //! ```no_run
@@ -43,6 +44,7 @@ pub mod reference;
 pub mod report;
 pub mod sizes;
 pub mod stats;
+pub mod utilization;
 
 pub use backend::{Backend, BackendError, BackendOpener, OpenConfig, Request, Timing};
 pub use model::{BenchData, Dtype, Measurement, Meta, Mode, Operation, Series, Skipped};
