@@ -238,6 +238,7 @@ if [ ${#ANCHORS[@]} -eq 0 ]; then
 fi
 ARGS=""
 for f in "${ANCHORS[@]}"; do ARGS+=" --anchors $f"; done
-say "# run.sh: anchor arguments for ferrocomm bench:"
+say "# run.sh: anchor arguments for ferrocomm bench (also in $OUT/anchors.args):"
 say "$ARGS"
+echo "$ARGS" >"$OUT/anchors.args"
 say "# e.g.: ferrocomm bench --out bench$ARGS"

@@ -121,6 +121,7 @@ fn point(op: Operation, mode: Mode, bytes: u64, us: f64) -> Measurement {
         graph: mode != Mode::Cpu,
         intra_gpu: false,
         isolated: None,
+        utilization: None,
     }
 }
 

@@ -198,6 +198,7 @@ fn point(label: Option<&str>, bytes: u64, us: f64) -> Measurement {
         graph: true,
         intra_gpu: false,
         isolated: None,
+        utilization: None,
     }
 }
 

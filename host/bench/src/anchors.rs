@@ -80,6 +80,8 @@ enum Placement {
 }
 
 impl Placement {
+    /// The placements on one GPU, whose figures are intra-GPU.
+    const ONE_GPU: [Placement; 3] = [Placement::IntraGpu, Placement::SelfPe, Placement::SharedGpu];
     /// `intra-gpu 0`, `gpus 0<->1`, `gpus 0->1`, `self 1 PE`, `shared-gpu 0`; anything after a comma
     /// (`, 64 blocks`) is not the placement. Unknown text is `None`, so the line is not read under a label
     /// that would misname it.
@@ -150,6 +152,8 @@ pub fn parse_anchors(text: &str, world: usize) -> Vec<Measurement> {
         .into_iter()
         .filter_map(|((op, label, bytes, dtype, graph, line_world, sms_used), times)| {
             let s = Summary::of(&times).ok()?;
+            // The placement's suffix in the label says the figure never crossed a link between GPUs.
+            let intra_gpu = Placement::ONE_GPU.iter().any(|p| label.contains(p.suffix()));
             let world = match line_world {
                 Some(w) => w,
                 None if op.is_collective() => world,
@@ -173,8 +177,9 @@ pub fn parse_anchors(text: &str, world: usize) -> Vec<Measurement> {
                 sms_used,
                 queue_depth: None,
                 graph,
-                intra_gpu: false,
+                intra_gpu,
                 isolated: None,
+                utilization: None,
             })
         })
         .collect()
@@ -498,9 +503,11 @@ nvshmem pingpong put_signal 64 B  rtt 2.0 us one-way 1.0 us
             rows.iter().find(|r| r.label.as_deref() == Some(label) && r.bytes == bytes).unwrap()
         };
         let solo = find("NVSHMEM put+signal (self, 1 PE)", 8);
+        assert!(solo.intra_gpu, "{solo:?}");
         assert_eq!((solo.op, solo.world, solo.graph, solo.dtype), (Operation::PingPong, 1, false, Dtype::U8));
         assert_eq!((solo.min_us, solo.max_us), (1.24, 1.25));
         assert_eq!(find("NVSHMEM put+signal", 8).world, 2);
+        assert!(!find("NVSHMEM put+signal", 8).intra_gpu);
         assert_eq!(find("NVSHMEM put+signal (2 ranks on one GPU)", 8).median_us, 2239.4);
         let put = find("NVSHMEM putmem_nbi_block", 1 << 30);
         assert_eq!((put.op, put.sms_used, put.world), (Operation::PutBandwidth, Some(64), 2));

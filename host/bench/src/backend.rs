@@ -72,6 +72,12 @@ pub trait Backend {
         Ok(None)
     }
 
+    /// The CUDA ordinals of the GPUs this backend runs on, each once (for utilization windows); empty by
+    /// default and on the emulator.
+    fn gpu_ordinals(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// Whether the ranks share GPUs (the one-GPU run), so that the figures are intra-GPU. False by default.
     fn intra_gpu(&self) -> bool {
         false

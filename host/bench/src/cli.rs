@@ -91,8 +91,13 @@ pub struct BenchArgs {
     /// A short sweep: fewer sizes, iterations and trials.
     #[arg(long)]
     pub quick: bool,
-    /// Output of the anchor scripts (symm.py, a2a.py, nccl.py, ref_pingpong) to show beside the modes;
-    /// repeatable. The sizes they measured join the sweep, so every anchor figure has one of ours beside it.
+    /// Also record GPU and link utilization per point from NVML (SM activity, NVLink bytes): each point
+    /// then runs about a second more of back-to-back trials, after 0.3 s of idle.
+    #[arg(long)]
+    pub utilization: bool,
+    /// Output of the anchor programs in bench/anchors (`bash bench/anchors/run.sh DIR` writes DIR/*.txt and
+    /// prints these arguments) to show beside the modes; repeatable. The sizes they measured join the sweep,
+    /// so every anchor figure has one of ours beside it.
     #[arg(long, value_name = "FILE")]
     pub anchors: Vec<PathBuf>,
     /// GPUs the anchor scripts ran on, for their bus bandwidth [default: the GPUs measured here, else 2].
@@ -252,6 +257,7 @@ impl BenchArgs {
             trials: self.trials.unwrap_or(if self.quick { 5 } else { 7 }),
             graph: !self.no_graph,
             max_bytes_per_trial: MAX_BYTES_PER_TRIAL,
+            utilization: self.utilization,
         }
     }
 

@@ -229,6 +229,7 @@ mod tests {
             graph: true,
             intra_gpu: false,
             isolated: None,
+            utilization: None,
         }
     }
 

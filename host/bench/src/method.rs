@@ -13,6 +13,7 @@ use crate::cputime::CpuClock;
 use crate::model::{BenchData, Dtype, Isolated, Measurement, Operation, Skipped};
 use crate::sizes::format_size;
 use crate::stats::{StatsError, Summary, iterations_for};
+use crate::utilization::{QUIET_BEFORE, Utilization, UtilizationProbe};
 
 /// Fewest operations in a timed trial, however large the message.
 pub const MIN_ITERS: u64 = 2;
@@ -40,7 +41,14 @@ pub struct Plan {
     pub graph: bool,
     /// Bytes one trial may move before its operation count shrinks (keeps 1 GiB points short).
     pub max_bytes_per_trial: u64,
+    /// Whether to record GPU and link utilization per point (NVML): each point then runs more trials in
+    /// a window of at least [`UTILIZATION_WINDOW`], after [`QUIET_BEFORE`] of idle.
+    pub utilization: bool,
 }
+
+/// The shortest utilization window of a point: NVML's GPM counters lag by up to about 170 ms, so a second
+/// keeps that error under about a fifth (see [`crate::utilization`]).
+pub const UTILIZATION_WINDOW: Duration = Duration::from_secs(1);
 
 impl Plan {
     /// The element type `op` runs with.
@@ -64,6 +72,9 @@ pub enum PointError {
     /// No usable timing.
     #[error(transparent)]
     Stats(#[from] StatsError),
+    /// NVML could not open a utilization window on the point's GPUs.
+    #[error("utilization: {0}")]
+    Utilization(String),
 }
 
 /// Timed units in one iteration: a ping-pong iteration is a round trip, timed as two one-way hops.
@@ -77,6 +88,7 @@ pub fn measure_point(
     plan: &Plan,
     op: Operation,
     bytes: u64,
+    probe: Option<&UtilizationProbe>,
 ) -> Result<Measurement, PointError> {
     let iters = iterations_for(bytes, plan.iters, plan.max_bytes_per_trial, MIN_ITERS);
     let request = Request { op, bytes, dtype: plan.dtype_for(op), iters, graph: plan.graph };
@@ -108,6 +120,10 @@ pub fn measure_point(
         }
         None => None,
     };
+    let utilization = match probe {
+        Some(probe) => Some(utilization_window(backend, probe, &request)?),
+        None => None,
+    };
     let world = if op.is_collective() { backend.world() } else { 2 };
     Ok(Measurement {
         op,
@@ -129,7 +145,24 @@ pub fn measure_point(
         graph,
         intra_gpu: backend.intra_gpu(),
         isolated,
+        utilization,
     })
+}
+
+/// Runs back-to-back trials of `request` for at least [`UTILIZATION_WINDOW`] inside one NVML window, after
+/// the GPUs were idle for [`QUIET_BEFORE`] (every trial waits for its operations, so idle they are).
+fn utilization_window(
+    backend: &mut dyn Backend,
+    probe: &UtilizationProbe,
+    request: &Request,
+) -> Result<Utilization, PointError> {
+    std::thread::sleep(QUIET_BEFORE);
+    let window = probe.start(&backend.gpu_ordinals()).map_err(|e| PointError::Utilization(e.to_string()))?;
+    let long_enough = UTILIZATION_WINDOW.max(probe.min_window());
+    while window.elapsed() < long_enough {
+        backend.run(request)?;
+    }
+    Ok(window.finish())
 }
 
 /// Sweeps every operation and size of `plan` on `backend`, adding points and skips to `out`.
@@ -139,6 +172,20 @@ pub fn measure_point(
 /// above the backend's [`size_limit`](Backend::size_limit) are skipped with one entry; operations outside
 /// its series ([`measures`](Backend::measures)) are left out silently.
 pub fn measure(backend: &mut dyn Backend, plan: &Plan, progress: &ProgressBar, out: &mut BenchData) {
+    let probe = if plan.utilization && !backend.gpu_ordinals().is_empty() {
+        match UtilizationProbe::open() {
+            Ok(probe) => Some(probe),
+            Err(e) => {
+                let note = format!("No utilization figures: {e}.");
+                if !out.meta.notes.contains(&note) {
+                    out.meta.notes.push(note);
+                }
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mode = backend.mode();
     let queue_depth = backend.queue_depth();
     let label = backend.label();
@@ -171,7 +218,7 @@ pub fn measure(backend: &mut dyn Backend, plan: &Plan, progress: &ProgressBar, o
                 out.skipped.push(skip(op, Some(size), reason));
             } else if !done.contains(&bytes) {
                 done.push(bytes);
-                match measure_point(backend, plan, op, bytes) {
+                match measure_point(backend, plan, op, bytes, probe.as_ref()) {
                     Ok(point) => out.measurements.push(point),
                     Err(e) => out.skipped.push(skip(op, Some(bytes), e.to_string())),
                 }
@@ -249,6 +296,7 @@ mod tests {
             trials: 3,
             graph: true,
             max_bytes_per_trial: 8 << 30,
+            utilization: false,
         }
     }
 

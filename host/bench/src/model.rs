@@ -267,6 +267,10 @@ pub struct Measurement {
     /// `None` where the mode does not time it.
     #[serde(default)]
     pub isolated: Option<Isolated>,
+    /// GPU and link utilization over a window of back-to-back trials (`--utilization`); `None` where it
+    /// was not recorded.
+    #[serde(default)]
+    pub utilization: Option<crate::utilization::Utilization>,
 }
 
 /// Time per operation of isolated operations: each between a kernel before it and one after it on every

@@ -85,10 +85,16 @@ fn the_recorded_command_names_the_program_not_its_path() {
 }
 
 #[test]
-fn the_opener_offers_the_ll_variant_of_gpu_only() {
+fn the_opener_offers_the_variants_of_gpu_and_nccl() {
     let opener = FerroBackends::new();
-    assert_eq!(opener.variants(Mode::Gpu), [None, Some(LL_LABEL.to_owned())]);
+    let some = |l: &str| Some(l.to_owned());
+    assert_eq!(
+        opener.variants(Mode::Gpu),
+        [None, some(LL_LABEL), some("ll-one-shot"), some("one-shot"), some("two-shot")]
+    );
+    assert_eq!(opener.variants(Mode::Nccl), [None, some("eager")]);
     assert_eq!(opener.variants(Mode::Proxy), [None]);
+    assert_eq!(opener.variants(Mode::Cpu), [None]);
     let mut opener = FerroBackends::new();
     let config = OpenConfig { variant: Some("fast".into()), ..OpenConfig::default() };
     let e = opener.open(Mode::Cpu, &config).err().unwrap().to_string();

@@ -190,6 +190,7 @@ fn sweep_labels_the_variants_and_recommends_thresholds() {
         trials: 2,
         graph: true,
         max_bytes_per_trial: 1 << 20,
+        utilization: false,
     };
     for variant in emulated.variants(Mode::Gpu) {
         let config = OpenConfig { variant, ..OpenConfig::default() };

@@ -43,6 +43,7 @@ fn plan(ops: &[Operation]) -> Plan {
         trials: 3,
         graph: true,
         max_bytes_per_trial: 1 << 30,
+        utilization: false,
     }
 }
 
@@ -282,5 +283,31 @@ fn bench_command_every_mode_end_to_end() {
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
     for needle in ["gpu-ll", "proxy qd=8", "%globaltimer", "Command: `bench --ops"] {
         assert!(readme.contains(needle), "{needle}");
+    }
+}
+
+#[test]
+fn utilization_is_recorded_per_point() {
+    if gpus_or_skip().is_none() {
+        return;
+    }
+    let _gpus = lock();
+    let mut gpu = FerroBackends::new().open(Mode::Gpu, &OpenConfig::default()).unwrap();
+    let plan = Plan { sizes: vec![64 << 20], utilization: true, ..plan(&[Operation::AllReduce]) };
+    let mut data = BenchData::default();
+    measure(gpu.as_mut(), &plan, &indicatif::ProgressBar::hidden(), &mut data);
+    assert!(data.skipped.is_empty(), "{:#?}", data.skipped);
+    let m = &data.measurements[0];
+    let Some(u) = &m.utilization else {
+        // NVML absent: the run says so instead of giving figures.
+        assert!(data.meta.notes.iter().any(|n| n.contains("No utilization figures")), "{:#?}", data.meta.notes);
+        eprintln!("skipped: no NVML ({:?})", data.meta.notes);
+        return;
+    };
+    eprintln!("utilization of a 64 MiB all-reduce: {u:?}");
+    assert!(u.wall_s >= 1.0, "{u:?}");
+    // Back-to-back two-shot all-reduces keep every SM of the grid busy for the whole window.
+    if let Some(sm) = u.sm_activity_pct {
+        assert!(sm > 10.0 && sm <= 100.0, "{u:?}");
     }
 }

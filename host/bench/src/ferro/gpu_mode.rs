@@ -423,6 +423,10 @@ impl Backend for GpuBackend {
         super::shares_gpus(self.team)
     }
 
+    fn gpu_ordinals(&self) -> Vec<usize> {
+        super::team_ordinals(self.team)
+    }
+
     fn devices(&self) -> Vec<String> {
         describe_team(self.team)
     }

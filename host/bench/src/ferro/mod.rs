@@ -212,6 +212,20 @@ pub fn shares_gpus(team: &Team) -> bool {
     devices.iter().enumerate().any(|(i, d)| matches!(d, ferrocomm::Device::Cuda { .. }) && devices[..i].contains(d))
 }
 
+/// The CUDA ordinals of the GPUs `team`'s local ranks run on, each once; empty on the emulator.
+pub fn team_ordinals(team: &Team) -> Vec<usize> {
+    let mut ordinals: Vec<usize> = team
+        .local_ranks()
+        .into_iter()
+        .filter_map(|r| match team.device(r) {
+            Ok(ferrocomm::Device::Cuda { ordinal }) => Some(ordinal),
+            _ => None,
+        })
+        .collect();
+    ordinals.dedup();
+    ordinals
+}
+
 /// "0: NVIDIA H200" for each rank of `team` (emulated ranks say so).
 pub fn describe_team(team: &Team) -> Vec<String> {
     (0..team.world())

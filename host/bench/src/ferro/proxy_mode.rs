@@ -289,6 +289,10 @@ impl Backend for ProxyBackend {
         super::shares_gpus(self.team)
     }
 
+    fn gpu_ordinals(&self) -> Vec<usize> {
+        super::team_ordinals(self.team)
+    }
+
     fn devices(&self) -> Vec<String> {
         describe_team(self.team)
     }

@@ -175,6 +175,10 @@ impl Backend for CpuBackend {
         self.gpus.placement.shares_gpus()
     }
 
+    fn gpu_ordinals(&self) -> Vec<usize> {
+        self.gpus.placement.ordinals.clone()
+    }
+
     fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
         let op = request.op;
         if op == Operation::PingPong || self.supports(op).is_err() {

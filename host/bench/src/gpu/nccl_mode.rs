@@ -381,6 +381,10 @@ impl Backend for NcclBackend {
         self.eager.then(|| EAGER_LABEL.to_owned())
     }
 
+    fn gpu_ordinals(&self) -> Vec<usize> {
+        self.gpus.placement.ordinals.clone()
+    }
+
     fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
         let op = request.op;
         if op == Operation::PingPong {

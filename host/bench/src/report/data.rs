@@ -4,7 +4,7 @@
 use crate::model::{BenchData, Measurement};
 
 /// The CSV columns, in order.
-pub const CSV_HEADER: [&str; 21] = [
+pub const CSV_HEADER: [&str; 24] = [
     "op",
     "mode",
     "label",
@@ -26,6 +26,9 @@ pub const CSV_HEADER: [&str; 21] = [
     "isolated_median_us",
     "isolated_min_us",
     "isolated_max_us",
+    "sm_active_pct",
+    "nvlink_tx_gbps",
+    "nvlink_rx_gbps",
 ];
 
 /// The run as pretty-printed JSON.
@@ -71,6 +74,9 @@ pub fn csv_row(m: &Measurement) -> String {
         opt(m.isolated.map(|i| i.median_us)),
         opt(m.isolated.map(|i| i.min_us)),
         opt(m.isolated.map(|i| i.max_us)),
+        opt(m.utilization.as_ref().and_then(|u| u.sm_activity_pct)),
+        opt(m.utilization.as_ref().and_then(|u| u.nvlink_tx_gbps())),
+        opt(m.utilization.as_ref().and_then(|u| u.nvlink_rx_gbps())),
     ]
     .join(",")
 }

@@ -64,6 +64,34 @@ pub fn write_report(dir: &Path, data: &BenchData) -> Result<Vec<PathBuf>, Report
             }
         }
     }
+    if table::has_utilization(data) {
+        for op in data.operations() {
+            let series: Vec<utilization_plot::UtilizationSeries> = data
+                .series(op)
+                .into_iter()
+                .map(|s| {
+                    let points = data
+                        .points(op, &s)
+                        .iter()
+                        .filter_map(|m| {
+                            let u = m.utilization.as_ref()?;
+                            let link = u.nvlink_tx_gbps().zip(u.nvlink_rx_gbps()).map(|(t, r)| t + r);
+                            Some((m.bytes, u.sm_activity_pct, link))
+                        })
+                        .collect();
+                    (s.to_string(), points)
+                })
+                .filter(|(_, points): &(String, Vec<_>)| !points.is_empty())
+                .collect();
+            let name = utilization_plot::file_name(op.name());
+            let path = dir.join(&name);
+            let title = format!("{}: utilization", table::caption(data, op));
+            if utilization_plot::plot_utilization(&title, &series, &path)? {
+                plots.push(name);
+                files.push(path);
+            }
+        }
+    }
     let tuning = crate::recommend::tuning_file(data);
     if let Some(text) = &tuning {
         files.push(write(dir.join(TUNING_FILE), text)?);

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use crate::crossover;
 use crate::model::BenchData;
 use crate::report::plot::PlotKind;
-use crate::report::table::{self, Figure, HEADERS};
+use crate::report::table::{self, Figure};
 
 /// `YYYY-MM-DD HH:MM UTC` from seconds since the Unix epoch (proleptic Gregorian calendar).
 pub fn format_utc(unix_s: u64) -> String {
@@ -62,6 +62,10 @@ included) during the timed trials, from the scheduler's own per-process clock (`
 nanoseconds), less what the measuring thread spent only waiting for each trial's end (its \
 `CLOCK_THREAD_CPUTIME_ID`), divided by the operations. The CPU-initiated ping-pong keeps its waits: the host \
 waiting on every hop is that mode's cost.
+- Utilization (`--utilization`): after a point's trials and 0.3 s of idle, more back-to-back trials for a \
+second or more inside one NVML window: *SM active %* is GPM's SM activity (the share of SM time with a warp \
+resident, averaged over the run's GPUs; NVML's counters lag by up to about 0.17 s), *NVLink GB/s* the NVLink \
+payload bytes sent and received over the window per second (– where NVML does not expose the counters).
 - Anchor rows were measured by other programs (torch, NCCL through torch, CUDA C++) in the same session and \
 read from their output; their min and max are over repeated lines, when the output repeats a figure.
 ";
@@ -169,6 +173,10 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
 
     for op in data.operations() {
         let _ = writeln!(out, "\n## {}\n", table::caption(data, op));
+        let utilization = crate::report::utilization_plot::file_name(op.name());
+        if plots.contains(&utilization) {
+            let _ = writeln!(out, "![{} utilization]({utilization})", op.name());
+        }
         for kind in [PlotKind::Latency, PlotKind::Isolated, PlotKind::Bandwidth] {
             let file = kind.file_name(op);
             if plots.contains(&file) {
@@ -180,8 +188,8 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
                 let _ = writeln!(out, "![{} {alt}]({file})", op.name());
             }
         }
-        let cells: Vec<Vec<String>> = table::rows(data, op).into_iter().map(table::row).collect();
-        let _ = write!(out, "\n{}", table::markdown_table(&HEADERS, &cells));
+        let cells: Vec<Vec<String>> = table::rows(data, op).into_iter().map(|m| table::row_for(data, m)).collect();
+        let _ = write!(out, "\n{}", table::markdown_table(&table::headers(data), &cells));
     }
 
     if !data.skipped.is_empty() {

@@ -18,6 +18,37 @@ pub const HEADERS: [&str; 11] = [
     "graph",
 ];
 
+/// The columns the utilization adds to the per-operation tables, when the data has it (`--utilization`).
+pub const UTILIZATION_HEADERS: [&str; 2] = ["SM active %", "NVLink GB/s"];
+
+/// The per-operation tables' headers for `data`: [`HEADERS`], and [`UTILIZATION_HEADERS`] when a point
+/// has utilization figures.
+pub fn headers(data: &BenchData) -> Vec<&'static str> {
+    let mut out = HEADERS.to_vec();
+    if has_utilization(data) {
+        out.extend(UTILIZATION_HEADERS);
+    }
+    out
+}
+
+/// Whether some point of `data` has utilization figures.
+pub fn has_utilization(data: &BenchData) -> bool {
+    data.measurements.iter().any(|m| m.utilization.is_some())
+}
+
+/// The cells of a row for `headers(data)`: [`row`], then the utilization cells when the data has them
+/// (SM activity, and NVLink bytes sent and received per second over the window).
+pub fn row_for(data: &BenchData, m: &Measurement) -> Vec<String> {
+    let mut cells = row(m);
+    if has_utilization(data) {
+        let u = m.utilization.as_ref();
+        cells.push(opt(u.and_then(|u| u.sm_activity_pct).map(fmt_num)));
+        let link = u.and_then(|u| Some(u.nvlink_tx_gbps()? + u.nvlink_rx_gbps()?));
+        cells.push(opt(link.map(fmt_num)));
+    }
+    cells
+}
+
 /// A number with a precision that suits its magnitude (3 significant digits or more).
 pub fn fmt_num(v: f64) -> String {
     let a = v.abs();
@@ -138,8 +169,8 @@ pub fn markdown_table(headers: &[&str], rows: &[Vec<String>]) -> String {
 pub fn terminal_report(data: &BenchData) -> String {
     let mut out = String::new();
     for op in data.operations() {
-        let cells: Vec<Vec<String>> = rows(data, op).into_iter().map(row).collect();
-        out += &format!("{}\n{}\n", caption(data, op), text_table(&HEADERS, &cells));
+        let cells: Vec<Vec<String>> = rows(data, op).into_iter().map(|m| row_for(data, m)).collect();
+        out += &format!("{}\n{}\n", caption(data, op), text_table(&headers(data), &cells));
     }
     out
 }
@@ -376,6 +407,47 @@ mod tests {
                 vec!["all-reduce", "cpu", "1 GiB", "out of memory"]
             ]
         );
+    }
+
+    #[test]
+    fn utilization_columns_appear_with_the_data() {
+        use crate::model::{Dtype, Measurement};
+        use crate::utilization::Utilization;
+        let point = |utilization: Option<Utilization>| Measurement {
+            op: Operation::PutBandwidth,
+            mode: Mode::Cpu,
+            label: None,
+            world: 2,
+            bytes: 1 << 20,
+            dtype: Dtype::U8,
+            iterations: 10,
+            trials: 3,
+            median_us: 5.0,
+            min_us: 4.9,
+            max_us: 5.2,
+            algbw_gbps: 200.0,
+            busbw_gbps: 200.0,
+            host_cpu_us_per_op: Some(3.0),
+            sms_used: Some(0),
+            queue_depth: None,
+            graph: false,
+            intra_gpu: true,
+            isolated: None,
+            utilization,
+        };
+        let mut data = BenchData { measurements: vec![point(None)], ..BenchData::default() };
+        assert_eq!(headers(&data), HEADERS.to_vec());
+        assert_eq!(row_for(&data, &data.measurements[0]).len(), HEADERS.len());
+        let mut u = Utilization::from_devices(1.5, Vec::new());
+        u.sm_activity_pct = Some(42.0);
+        data.measurements.push(point(Some(u)));
+        let h = headers(&data);
+        assert_eq!(h.len(), HEADERS.len() + 2);
+        let cells = row_for(&data, &data.measurements[1]);
+        assert_eq!(cells.len(), h.len());
+        // SM activity measured; the link counters absent (one GPU in a VM): a dash, not a zero.
+        assert_eq!(&cells[HEADERS.len()..], ["42.00", "–"]);
+        assert_eq!(&row_for(&data, &data.measurements[0])[HEADERS.len()..], ["–", "–"]);
     }
 
     #[test]
