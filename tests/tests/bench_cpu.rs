@@ -268,10 +268,14 @@ fn report_folder_and_readme() {
         "ping-pong-bandwidth.svg",
         "all-reduce-latency.svg",
         "all-reduce-bandwidth.svg",
+        "tuning.txt",
     ] {
         assert!(names.contains(&name.to_owned()) && out.join(name).is_file(), "{name} missing from {names:?}");
     }
-    assert_eq!(names.len(), 7);
+    // No isolated figures in this data, so no isolated plots; no utilization, so no utilization plots.
+    assert_eq!(names.len(), 8, "{names:?}");
+    let tuning = std::fs::read_to_string(out.join("tuning.txt")).unwrap();
+    assert!(tuning.contains("all-reduce:") && !tuning.contains("one_shot_max_bytes"), "{tuning}");
     let json = std::fs::read_to_string(out.join("data.json")).unwrap();
     assert_eq!(data::from_json(&json).unwrap(), data);
 
@@ -293,7 +297,7 @@ fn report_folder_and_readme() {
     let row = readme.lines().find(|l| l.starts_with("| all-reduce | 256 MiB |")).unwrap();
     assert!(row.contains("GB/s"), "{row}");
     assert!(readme.contains("## Who wins where") && readme.contains("the crossover lies between 8 MiB and 16 MiB"));
-    assert!(readme.contains("![all-reduce time per operation](all-reduce-latency.svg)"));
+    assert!(readme.contains("![all-reduce time per operation, back to back](all-reduce-latency.svg)"));
     assert!(readme.contains("![ping-pong bus bandwidth](ping-pong-bandwidth.svg)"));
     // Each operation's table holds every point.
     assert!(readme.contains("| size | series | median µs | min µs | max µs |"));

@@ -270,5 +270,5 @@ fn without_a_launcher_gpu_procs_is_not_available_and_needs_a_process_team() {
     assert!(matches!(e, BackendError::NotAvailable { .. }) && e.to_string().contains("ferrocomm launch"), "{e}");
     let e = GpuBackend::new(emulated_team(), Variant::Procs).err().unwrap();
     assert!(e.to_string().contains("spans processes"), "{e}");
-    assert_eq!(FerroBackends::new().variants(Mode::Gpu).len(), 2, "gpu and gpu-ll");
+    assert_eq!(FerroBackends::new().variants(Mode::Gpu).len(), 5, "gpu, gpu-ll and the three all-reduce algorithms");
 }
