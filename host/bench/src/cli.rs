@@ -352,7 +352,10 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
             }
         }
         let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let note = format!("Anchor figures read from `{name}` ({world} GPUs).");
+        let note = format!(
+            "Anchor figures read from `{name}` (collective rows that do not state their ranks: {world}, for bus \
+             bandwidth)."
+        );
         if !data.meta.notes.contains(&note) {
             data.meta.notes.push(note);
         }

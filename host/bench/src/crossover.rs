@@ -2,10 +2,16 @@
 //! from 16 MiB to 1 GiB".
 //!
 //! Two series are compared at the sizes both measured (medians); consecutive sizes with the same winner
-//! form a span. Nothing is smoothed: a noisy point that flips the winner shows up as its own span.
+//! form a span. Medians within [`TIE`] of each other are a tie, not a win: two series that run the same
+//! kernel at a size (the gpu series and the algorithm it picks there) differ by run-to-run noise only.
+//! Otherwise nothing is smoothed: a point that flips the winner by more shows up as its own span.
 
 use crate::model::{BenchData, Mode, Operation, Series};
 use crate::sizes::format_size;
+
+/// How much slower a median must be to lose: 2 %, about the trial-to-trial spread of a median on the GPU
+/// machine. Closer medians tie.
+pub const TIE: f64 = 1.02;
 
 /// Consecutive common sizes over which one series is faster than the other.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,9 +47,9 @@ pub fn compare(data: &BenchData, op: Operation, a: &Series, b: &Series) -> Optio
     let mut spans: Vec<Span> = Vec::new();
     for pa in data.points(op, a) {
         let Some(pb) = points_b.iter().find(|pb| pb.bytes == pa.bytes) else { continue };
-        let (winner, ratio) = if pa.median_us < pb.median_us {
+        let (winner, ratio) = if pa.median_us * TIE < pb.median_us {
             (Some(a.clone()), pb.median_us / pa.median_us)
-        } else if pb.median_us < pa.median_us {
+        } else if pb.median_us * TIE < pa.median_us {
             (Some(b.clone()), pa.median_us / pb.median_us)
         } else {
             (None, 1.0)
@@ -62,8 +68,14 @@ pub fn compare(data: &BenchData, op: Operation, a: &Series, b: &Series) -> Optio
 }
 
 /// The fastest of the tool's own series (not anchors) at each size two or more of them measured, as spans.
+/// The series of the current span keeps the lead while it is within [`TIE`] of the fastest.
 pub fn fastest(data: &BenchData, op: Operation) -> Vec<(Series, u64, u64)> {
-    let own: Vec<Series> = data.series(op).into_iter().filter(|s| s.mode != Mode::Anchor).collect();
+    fastest_of(data, op, |s| s.mode != Mode::Anchor)
+}
+
+/// [`fastest`] over the series `keep` accepts.
+pub fn fastest_of(data: &BenchData, op: Operation, keep: impl Fn(&Series) -> bool) -> Vec<(Series, u64, u64)> {
+    let own: Vec<Series> = data.series(op).into_iter().filter(|s| keep(s)).collect();
     let mut sizes: Vec<u64> = data.measurements.iter().filter(|m| m.op == op).map(|m| m.bytes).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -76,9 +88,14 @@ pub fn fastest(data: &BenchData, op: Operation) -> Vec<(Series, u64, u64)> {
         if at.len() < 2 {
             continue;
         }
-        let Some((best, _)) = at.iter().min_by(|x, y| x.1.total_cmp(&y.1)) else { continue };
+        let Some(&(fastest_series, fastest_us)) = at.iter().min_by(|x, y| x.1.total_cmp(&y.1)) else { continue };
+        let leader = spans.last().and_then(|(s, _, _)| at.iter().find(|(a, _)| *a == s));
+        let best = match leader {
+            Some(&(leader, us)) if us <= fastest_us * TIE => leader,
+            _ => fastest_series,
+        };
         match spans.last_mut() {
-            Some((series, _, to)) if series == *best => *to = size,
+            Some((series, _, to)) if *series == *best => *to = size,
             _ => spans.push(((*best).clone(), size, size)),
         }
     }

@@ -24,7 +24,8 @@ pub struct AllReduceThresholds {
 }
 
 /// The fastest all-reduce algorithm at each size where at least two of the `gpu-<algorithm>` series
-/// were measured, ascending.
+/// were measured, ascending. The previous size's winner keeps the lead while it is within
+/// [`TIE`](crate::crossover::TIE) of the fastest, so noise does not flip the thresholds.
 pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
     let series =
         |a: Algorithm| Series { mode: Mode::Gpu, label: Some(algorithm_label(a).to_owned()), queue_depth: None };
@@ -50,9 +51,13 @@ pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
         if at.len() < 2 {
             continue;
         }
-        if let Some((best, _)) = at.iter().min_by(|x, y| x.1.total_cmp(&y.1)) {
-            out.push((bytes, *best));
-        }
+        let Some(&(fastest, fastest_us)) = at.iter().min_by(|x, y| x.1.total_cmp(&y.1)) else { continue };
+        let previous = out.last().and_then(|(_, p)| at.iter().find(|(a, _)| a == p));
+        let best = match previous {
+            Some(&(p, us)) if us <= fastest_us * crate::crossover::TIE => p,
+            _ => fastest,
+        };
+        out.push((bytes, best));
     }
     out
 }
@@ -71,12 +76,13 @@ pub fn thresholds(winners: &[(u64, Algorithm)]) -> Option<AllReduceThresholds> {
     Some(AllReduceThresholds { ll_all_reduce_max_bytes: last_run(0), one_shot_max_bytes: last_run(1) })
 }
 
-/// The fastest series of `op` by size range among the tool's own single-process series (anchors and
-/// `gpu-procs` left out), as "8 B – 256 KiB: gpu-ll-one-shot" lines.
+/// The fastest mode of `op` by size range, as "8 B – 256 KiB: gpu" lines: the tool's own single-process
+/// series (anchors, `gpu-procs` and the forced-algorithm series left out: the algorithms have their own
+/// thresholds).
 pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
-    crate::crossover::fastest(data, op)
+    let forced = |s: &Series| s.label.as_deref().is_some_and(|l| crate::ferro::gpu_mode::label_algorithm(l).is_some());
+    crate::crossover::fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_procs() && !forced(s))
         .into_iter()
-        .filter(|(s, _, _)| !s.is_procs())
         .map(|(s, from, to)| {
             if from == to {
                 format!("{}: {s}", format_size(from))
@@ -103,12 +109,29 @@ pub fn tuning_file(data: &BenchData) -> Option<String> {
     if data.measurements.iter().any(|m| m.intra_gpu) {
         out += "# One GPU: the ranks shared it, so these are intra-GPU figures (no NVLink between the ranks).\n";
     }
-    out += "# The fastest series by size (back-to-back medians):\n";
+    out += "# The fastest mode by size (back-to-back medians; within 2 % of each other counts as a tie):\n";
     for (op, ranges) in &ops {
         let _ = writeln!(out, "#   {op}:");
         for range in ranges {
             let _ = writeln!(out, "#     {range}");
         }
+    }
+    let winners = algorithm_winners(data);
+    if let Some(&(last, _)) = winners.last() {
+        out += "# The fastest all-reduce algorithm by size (where two or more ran):\n";
+        let mut spans: Vec<(Algorithm, u64, u64)> = Vec::new();
+        for &(bytes, algorithm) in &winners {
+            match spans.last_mut() {
+                Some((a, _, to)) if *a == algorithm => *to = bytes,
+                _ => spans.push((algorithm, bytes, bytes)),
+            }
+        }
+        for (algorithm, from, to) in spans {
+            let range =
+                if from == to { format_size(from) } else { format!("{} – {}", format_size(from), format_size(to)) };
+            let _ = writeln!(out, "#   {range}: {}", algorithm_label(algorithm));
+        }
+        let _ = writeln!(out, "#   above {}: two-shot (the only algorithm measured there)", format_size(last));
     }
     if let Some(t) = limits {
         out += "# The all-reduce thresholds under which Communicator::all_reduce picks the fastest of its algorithms\n\

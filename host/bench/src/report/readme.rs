@@ -57,10 +57,10 @@ in every hop.
 all-to-all; the message for ping-pong and put.
 - Bandwidth: algbw = size / time; busbw follows NCCL's convention (nccl-tests): all-reduce × 2(n−1)/n, \
 all-gather and all-to-all × (n−1)/n, ping-pong and put × 1.
-- Host CPU µs/op: user + system CPU time of the whole process (every thread: proxy threads and the driver's \
-included) during the timed trials, from the scheduler's own per-process clock (`CLOCK_PROCESS_CPUTIME_ID`, \
-nanoseconds), less what the measuring thread spent only waiting for each trial's end (its \
-`CLOCK_THREAD_CPUTIME_ID`), divided by the operations. The CPU-initiated ping-pong keeps its waits: the host \
+- Host CPU µs/op: user + system CPU time of the whole process during the timed trials, as the sum of every \
+thread's own CPU clock (proxy threads and the driver's included; the scheduler's accounting to the \
+nanosecond, which the process-wide clocks are not for threads running on other cores), less what the \
+measuring thread spent only waiting for each trial's end, divided by the operations. The CPU-initiated ping-pong keeps its waits: the host \
 waiting on every hop is that mode's cost.
 - Utilization (`--utilization`): after a point's trials and 0.3 s of idle, more back-to-back trials for a \
 second or more inside one NVML window: *SM active %* is GPM's SM activity (the share of SM time with a warp \
@@ -93,6 +93,20 @@ Only rank 0 writes the report; a single-process run's points join it with `--mer
 below name the files merged).
 ";
 
+/// The devices of a run, ranks that share a GPU said once: "0: NVIDIA H200 (2 ranks)".
+pub fn describe_devices(devices: &[String]) -> String {
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for device in devices {
+        match groups.last_mut() {
+            Some((last, n)) if *last == device.as_str() => *n += 1,
+            _ => groups.push((device, 1)),
+        }
+    }
+    let parts: Vec<String> =
+        groups.into_iter().map(|(d, n)| if n == 1 { d.to_owned() } else { format!("{d} ({n} ranks)") }).collect();
+    parts.join(", ")
+}
+
 /// The README of a report folder whose plots are named by [`PlotKind::file_name`] and whose data files
 /// are `data.json` and `data.csv`. `plots` lists the plot files that were drawn.
 pub fn readme(data: &BenchData, plots: &[String]) -> String {
@@ -101,7 +115,7 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
     let mut out = String::from("# ferrocomm bench\n\n");
     let mut when = format!("Measured {}", format_utc(meta.created_unix_s));
     if !meta.devices.is_empty() {
-        when += &format!(" on {}", meta.devices.join(", "));
+        when += &format!(" on {}", describe_devices(&meta.devices));
     }
     let mut taken = vec![when];
     if let Some(driver) = &meta.driver {
@@ -213,6 +227,14 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shared_gpus_are_named_once() {
+        let two = ["0: NVIDIA H200".to_owned(), "1: NVIDIA H200".to_owned()];
+        assert_eq!(describe_devices(&two), "0: NVIDIA H200, 1: NVIDIA H200");
+        let shared = ["0: NVIDIA H200".to_owned(), "0: NVIDIA H200".to_owned()];
+        assert_eq!(describe_devices(&shared), "0: NVIDIA H200 (2 ranks)");
+    }
 
     #[test]
     fn utc_dates() {
