@@ -284,6 +284,11 @@ mod tests {
             let jitter = [1.0, 0.9, 1.1][self.trial as usize % 3];
             Ok(Timing { us_per_op: base * jitter, graph: true, sms_used: Some(4), wait_cpu: Duration::ZERO })
         }
+        /// Isolated operations take 1, 2, 3... µs more than the model, one per operation asked for.
+        fn isolated(&mut self, request: &Request) -> Result<Option<Vec<f64>>, BackendError> {
+            let base = 2.0 + request.bytes as f64 / 100e3;
+            Ok((request.op != Operation::PingPong).then(|| (1..=request.iters).map(|i| base + i as f64).collect()))
+        }
     }
 
     fn plan() -> Plan {
@@ -316,9 +321,16 @@ mod tests {
         assert_eq!((m.world, m.dtype, m.queue_depth, m.sms_used, m.graph), (4, Dtype::Bf16, Some(8), Some(4), true));
         assert!((m.busbw_gbps - 1.5 * m.algbw_gbps).abs() < 1e-9);
         assert!(m.host_cpu_us_per_op.is_some());
-        // Ping-pong is a two-GPU operation on bytes.
+        // Isolated: one sample per operation of a trial (50 here), median, min and max over them.
+        let isolated = m.isolated.unwrap();
+        assert_eq!(isolated.samples, 50);
+        assert!((isolated.median_us - (base + 25.5)).abs() < 1e-9 && (isolated.min_us - (base + 1.0)).abs() < 1e-9);
+        assert!((isolated.max_us - (base + 50.0)).abs() < 1e-9);
+        assert!(m.utilization.is_none() && !m.intra_gpu);
+        // Ping-pong is a two-GPU operation on bytes, and has no isolated series.
         let ping = out.measurements.iter().find(|m| m.op == Operation::PingPong).unwrap();
         assert_eq!((ping.world, ping.dtype, ping.bytes), (2, Dtype::U8, 2));
+        assert!(ping.isolated.is_none());
 
         let reasons: Vec<_> = out.skipped.iter().map(|s| (s.op, s.bytes, s.reason.as_str())).collect();
         assert!(reasons.contains(&(Operation::AllGather, None, "no gathers here")));

@@ -11,7 +11,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use ferrocomm_bench::backend::{Backend, BackendOpener, OpenConfig, Request};
 use ferrocomm_bench::ferro::FerroBackends;
-use ferrocomm_bench::gpu::{BuiltinBackends, device_count, driver_present, nccl_mode::nccl_present};
+use ferrocomm_bench::gpu::stamp::StampSlots;
+use ferrocomm_bench::gpu::{
+    BuiltinBackends, Gpus, Placement, capture_joined, device_count, driver_present, nccl_mode::nccl_present,
+};
 use ferrocomm_bench::method::{Plan, measure};
 use ferrocomm_bench::model::{BenchData, Dtype, Mode, Operation};
 
@@ -310,4 +313,37 @@ fn utilization_is_recorded_per_point() {
     if let Some(sm) = u.sm_activity_pct {
         assert!(sm > 10.0 && sm <= 100.0, "{u:?}");
     }
+}
+
+/// The shape NCCL's graphs take: one capture rooted on rank 0's stream, the other ranks' streams forked
+/// from it and joined back. Replaying it on the root must run every rank's part (here, the clock stamps
+/// of every rank; a stamp that did not run reads zero, which `each_us` refuses).
+#[test]
+fn a_graph_captured_across_rank_streams_runs_every_ranks_part() {
+    if gpus_or_skip().is_none() {
+        return;
+    }
+    let _gpus = lock();
+    let placement = Placement::resolve(Mode::Nccl, None, Some(2)).unwrap();
+    let gpus = Gpus::open(&placement).unwrap();
+    let stamps = StampSlots::new(&gpus, 2).unwrap();
+    let ranks: Vec<usize> = (0..gpus.world()).collect();
+    let graph = capture_joined(&gpus, &ranks, || {
+        for slot in 0..4 {
+            ranks.iter().try_for_each(|&r| stamps.stamp(&gpus, r, slot))?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    for _ in 0..2 {
+        stamps.clear().unwrap();
+        graph.launch().unwrap();
+        gpus.synchronize().unwrap();
+        let spans = stamps.each_us(Mode::Nccl, &ranks, 2).unwrap();
+        assert!(spans.iter().all(|us| us.is_finite() && *us >= 0.0 && *us < 1e5), "{spans:?}");
+    }
+    // Nothing was enqueued outside the capture: the streams are usable afterwards.
+    stamps.clear().unwrap();
+    ranks.iter().for_each(|&r| stamps.stamp(&gpus, r, 0).unwrap());
+    gpus.synchronize().unwrap();
 }
