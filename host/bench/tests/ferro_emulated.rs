@@ -232,7 +232,8 @@ fn sweep_labels_the_variants_and_recommends_thresholds() {
     let t = ferrocomm_bench::recommend::thresholds(&winners).unwrap();
     assert!(t.ll_all_reduce_max_bytes <= t.one_shot_max_bytes && t.one_shot_max_bytes <= 256, "{t:?}");
     let text = ferrocomm_bench::recommend::tuning_file(&data).unwrap();
-    assert!(text.contains("all-reduce:") && text.contains("one_shot_max_bytes="), "{text}");
+    assert!(text.contains("ping-pong:") && text.contains("fastest all-reduce algorithm"), "{text}");
+    assert!(text.contains("one_shot_max_bytes="), "{text}");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tuning.txt");
     std::fs::write(&path, &text).unwrap();
