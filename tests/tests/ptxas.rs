@@ -64,3 +64,33 @@ fn bench_stamp_kernel_assembles_with_ptxas() {
         validate(&ptxas, &path, arch.parse().unwrap()).unwrap_or_else(|e| panic!("stamp kernel, {arch}: {e}"));
     }
 }
+
+/// Where the build found ptxas it embeds SASS beside the PTX, so that GPUs of the built architectures load
+/// without a JIT: an sm_90 GPU gets the sm_90 cubin, an sm_86 one the sm_80 cubin, newer ones the PTX.
+#[test]
+fn every_kernels_crate_embeds_sass_where_ptxas_was_found() {
+    if find_ptxas() == PtxasLocation::Missing {
+        assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
+        eprintln!("skipped: ptxas not found, so the build embedded PTX only");
+        return;
+    }
+    let modules = [
+        &ferrocomm_kernels::__FERROCOMM_MODULE,
+        &custom_kernel::__FERROCOMM_MODULE,
+        &ferrocomm_runtime_kernels::__FERROCOMM_MODULE,
+        &ferrocomm_device_kernels::__FERROCOMM_MODULE,
+    ];
+    for module in modules {
+        assert_eq!(module.sass_arches(), [80, 90], "{}", module.name());
+        for (device, built) in [(90, 90), (86, 80), (80, 80)] {
+            match module.image_for(device).unwrap() {
+                ferrocomm::ModuleImage::Sass { cc, cubin } => {
+                    assert_eq!(cc, built, "{}", module.name());
+                    assert!(cubin.starts_with(b"\x7fELF"), "{}: a cubin is an ELF image", module.name());
+                }
+                other => panic!("{}: sm_{device} loads {other:?}", module.name()),
+            }
+        }
+        assert!(module.image_for(100).unwrap().is_jit(), "{}: no SASS for sm_100", module.name());
+    }
+}

@@ -55,13 +55,19 @@ pub fn ptxas_required() -> bool {
     env::var(REQUIRE_PTXAS_ENV).is_ok_and(|v| v == "1")
 }
 
-/// Assembles `ptx` for `arch`; the error quotes ptxas.
+/// Assembles `ptx` for `arch` and throws the SASS away: a check; the error quotes ptxas.
 pub fn validate(ptxas: &Path, ptx: &Path, arch: Arch) -> Result<(), BuildError> {
+    assemble(ptxas, ptx, arch, Path::new(null_device()))
+}
+
+/// Assembles `ptx` for `arch` into the cubin `out` (SASS the GPU loads without a JIT); the error quotes
+/// ptxas.
+pub fn assemble(ptxas: &Path, ptx: &Path, arch: Arch, out: &Path) -> Result<(), BuildError> {
     let output = Command::new(ptxas)
         .arg(format!("-arch={arch}"))
         .arg(ptx)
         .arg("-o")
-        .arg(null_device())
+        .arg(out)
         .output()
         .map_err(|source| BuildError::Spawn { program: ptxas.display().to_string(), source })?;
     if output.status.success() {

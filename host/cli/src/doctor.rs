@@ -1,11 +1,32 @@
 //! `ferrocomm doctor`: what this machine offers ferrocomm — the driver and its CUDA version, every GPU, the
-//! peer-access / NVLink matrix, a PTX JIT smoke test per GPU, and whether ptxas is found.
+//! peer-access / NVLink matrix, a PTX JIT smoke test per GPU, whether ptxas is found, what the
+//! communication library embeds (SASS or PTX only) and what each GPU loads of it, and a cold start: a
+//! team's creation and its first all-reduce, timed.
 
 use std::io::{self, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ferrocomm::system::{self, BINDINGS_VERSION, DriverInfo, GpuInfo, Link};
+use ferrocomm::{Backend, ModuleImage, SymBuffer, Team};
 use ferrocomm_builder::ptxas::{PtxasLocation, find_ptxas};
+use ferrocomm_device::bf16;
+use ferrocomm_kernels::{Communicator, Op};
+
+/// The elements of the cold start's all-reduce: 1 MiB of bf16, a size every algorithm threshold puts on
+/// the one-shot, so the measured first call loads the library and runs one collective.
+const COLD_START_ELEMENTS: usize = 1 << 19;
+
+/// A team's creation and its first all-reduce, from a process that had loaded no kernels yet.
+#[derive(Debug, Clone, Copy)]
+pub struct ColdStart {
+    /// `Team::build` on GPU 0 (two ranks, on two GPUs when there are two).
+    pub team: Duration,
+    /// From the team's creation to the first all-reduce's completion: the library's module loads (SASS or
+    /// a PTX JIT) and the collective itself.
+    pub first_all_reduce: Duration,
+    /// Whether the driver's JIT cache was off (`CUDA_CACHE_DISABLE=1`), so that a PTX load compiled for real.
+    pub jit_cache_disabled: bool,
+}
 
 /// Everything the doctor found.
 #[derive(Debug)]
@@ -20,6 +41,12 @@ pub struct Report {
     pub jit: Vec<Result<Duration, String>>,
     /// Where ptxas is.
     pub ptxas: PtxasLocation,
+    /// The compute capabilities the communication library embeds SASS for (empty: PTX only).
+    pub library_sass: Vec<u32>,
+    /// Per GPU: what it loads of the communication library.
+    pub library_image: Vec<Result<ModuleImage, String>>,
+    /// A team's creation and first all-reduce, or why it failed.
+    pub cold_start: Result<ColdStart, String>,
 }
 
 impl Report {
@@ -38,6 +65,14 @@ impl Report {
                 problems.push(format!("PTX JIT smoke test on GPU {gpu}: {e}"));
             }
         }
+        for (gpu, image) in self.library_image.iter().enumerate() {
+            if let Err(e) = image {
+                problems.push(format!("the communication library on GPU {gpu}: {e}"));
+            }
+        }
+        if let Err(e) = &self.cold_start {
+            problems.push(format!("cold start: {e}"));
+        }
         problems
     }
 }
@@ -50,8 +85,40 @@ pub fn examine() -> Result<Report, ferrocomm::Error> {
     let links = (0..gpus.len())
         .map(|a| (0..gpus.len()).map(|b| system::link(a, b).map_err(|e| e.to_string())).collect())
         .collect();
+    // Before anything loads the library, so that the cold start is one.
+    let cold_start = cold_start().map_err(|e| e.to_string());
     let jit = (0..gpus.len()).map(|g| system::jit_smoke_test(g).map_err(|e| e.to_string())).collect();
-    Ok(Report { driver, gpus, links, jit, ptxas: find_ptxas() })
+    let library = &ferrocomm_kernels::__FERROCOMM_MODULE;
+    let library_image =
+        gpus.iter().map(|g| library.image_for(g.compute_capability).map_err(|e| e.to_string())).collect();
+    Ok(Report {
+        driver,
+        gpus,
+        links,
+        jit,
+        ptxas: find_ptxas(),
+        library_sass: library.sass_arches(),
+        library_image,
+        cold_start,
+    })
+}
+
+/// Creates a team of two ranks (on GPU 0, or GPUs 0 and 1) and runs one all-reduce, timing both.
+pub fn cold_start() -> Result<ColdStart, ferrocomm::Error> {
+    let jit_cache_disabled = std::env::var("CUDA_CACHE_DISABLE").is_ok_and(|v| v == "1");
+    let started = Instant::now();
+    let team = Team::builder().single_process().backend(Backend::Cuda).world(2).build()?;
+    let team_time = started.elapsed();
+    let created = Instant::now();
+    let mut comm = Communicator::new(&team).map_err(library_error)?;
+    let mut buf = SymBuffer::<bf16>::new(&team, COLD_START_ELEMENTS)?;
+    comm.all_reduce(&mut buf, Op::Sum).map_err(library_error)?.wait()?;
+    Ok(ColdStart { team: team_time, first_all_reduce: created.elapsed(), jit_cache_disabled })
+}
+
+/// The library's error as the runtime's, for one `?` in [`cold_start`].
+fn library_error(e: ferrocomm_kernels::CommError) -> ferrocomm::Error {
+    ferrocomm::Error::TeamConfig { reason: format!("the communication library: {e}") }
 }
 
 /// Writes the report in the terminal's format.
@@ -99,6 +166,41 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
             Ok(t) => writeln!(out, "PTX JIT smoke test on GPU {gpu}: ok ({:.1} ms)", t.as_secs_f64() * 1e3)?,
             Err(e) => writeln!(out, "PTX JIT smoke test on GPU {gpu}: FAILED: {e}")?,
         }
+    }
+    match report.library_sass.as_slice() {
+        [] => writeln!(
+            out,
+            "communication library: PTX only (built without ptxas): each GPU JIT-compiles it when it first loads"
+        )?,
+        sass => {
+            let arches: Vec<String> = sass.iter().map(|cc| format!("sm_{cc}")).collect();
+            writeln!(out, "communication library: SASS for {} and PTX", arches.join(", "))?
+        }
+    }
+    for (gpu, image) in report.library_image.iter().enumerate() {
+        match image {
+            Ok(ModuleImage::Sass { cc, .. }) => writeln!(out, "  GPU {gpu} loads its sm_{cc} SASS: no JIT")?,
+            Ok(ModuleImage::Ptx { cc, .. }) => writeln!(
+                out,
+                "  GPU {gpu} loads its sm_{cc} PTX: JIT-compiled at first load (then cached by the driver)"
+            )?,
+            Err(e) => writeln!(out, "  GPU {gpu}: FAILED: {e}")?,
+        }
+    }
+    match &report.cold_start {
+        Ok(c) => writeln!(
+            out,
+            "cold start: a team of 2 ranks in {:.0} ms, its first all-reduce done {:.0} ms later ({:.0} ms in all){}",
+            c.team.as_secs_f64() * 1e3,
+            c.first_all_reduce.as_secs_f64() * 1e3,
+            (c.team + c.first_all_reduce).as_secs_f64() * 1e3,
+            if c.jit_cache_disabled {
+                " (JIT cache off)"
+            } else {
+                " (CUDA_CACHE_DISABLE=1 times it with an empty JIT cache)"
+            }
+        )?,
+        Err(e) => writeln!(out, "cold start: FAILED: {e}")?,
     }
     match &report.ptxas {
         PtxasLocation::Found { path, how } => writeln!(out, "ptxas: {} (found via {how})", path.display())?,

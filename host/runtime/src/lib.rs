@@ -27,7 +27,7 @@
 //! | [`system`] | the driver, its GPUs, their links, the PTX JIT smoke test (what `ferrocomm doctor` shows) |
 //! | [`team`] | [`Team`] and [`TeamBuilder`]: backend, GPUs, ranks per GPU, timeout, peer access |
 //! | [`memory`] | [`SymBuffer`] (symmetric memory + peer table) and [`SignalPadBuffer`] |
-//! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX, [`kernel_module!`] |
+//! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX and SASS, [`kernel_module!`] |
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix |
@@ -55,6 +55,6 @@ pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, Gp
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
 pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};
-pub use module::KernelModule;
+pub use module::{KernelModule, ModuleImage};
 pub use system::Link;
 pub use team::{Backend, Device, RankRef, Team, TeamBuilder};

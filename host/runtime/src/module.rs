@@ -1,20 +1,85 @@
-//! The PTX a kernels crate embeds ([`KernelModule`], [`kernel_module!`](crate::kernel_module)) and the choice
-//! of which PTX a device loads. Loading itself (once per rank, cached) is in the CUDA backend (`cuda/module.rs`).
+//! The code a kernels crate embeds ([`KernelModule`], [`kernel_module!`](crate::kernel_module)) and the
+//! choice of which image a device loads: SASS ptxas assembled at build time when it runs on the device, else
+//! PTX, which the driver JIT-compiles. Loading itself (once per rank, cached) is in the CUDA backend
+//! (`cuda/module.rs`).
 
 use crate::error::Error;
 
-/// The PTX of one kernels crate, one module per architecture, embedded at build time by
-/// `ferrocomm_builder::build_script` and declared with [`kernel_module!`](crate::kernel_module).
+/// The code of one kernels crate, embedded at build time by `ferrocomm_builder::build_script` and declared
+/// with [`kernel_module!`](crate::kernel_module): PTX per architecture, and the SASS (cubins) ptxas
+/// assembled from it when the build found ptxas.
 #[derive(Debug)]
 pub struct KernelModule {
     name: &'static str,
     ptx: &'static [(u32, &'static str)],
+    sass: &'static [(u32, &'static [u8])],
+}
+
+/// What a device loads of a [`KernelModule`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleImage {
+    /// SASS for compute capability `cc`: the device runs it as is, nothing to compile.
+    Sass {
+        /// The compute capability it was assembled for.
+        cc: u32,
+        /// The cubin.
+        cubin: &'static [u8],
+    },
+    /// PTX for compute capability `cc`, which the driver JIT-compiles for the device at load (seconds for
+    /// a large module, unless the driver's JIT cache holds it).
+    Ptx {
+        /// The compute capability it was compiled for.
+        cc: u32,
+        /// The PTX.
+        ptx: &'static str,
+    },
+}
+
+impl ModuleImage {
+    /// The compute capability the image was built for.
+    pub fn cc(&self) -> u32 {
+        match *self {
+            ModuleImage::Sass { cc, .. } | ModuleImage::Ptx { cc, .. } => cc,
+        }
+    }
+
+    /// Whether loading it JIT-compiles PTX.
+    pub fn is_jit(&self) -> bool {
+        matches!(self, ModuleImage::Ptx { .. })
+    }
 }
 
 impl KernelModule {
-    /// A module named `name` (the kernels crate) with `(compute capability, PTX)` pairs.
+    /// A module named `name` (the kernels crate) with `(compute capability, PTX)` pairs and no SASS.
     pub const fn new(name: &'static str, ptx: &'static [(u32, &'static str)]) -> KernelModule {
-        KernelModule { name, ptx }
+        KernelModule { name, ptx, sass: &[] }
+    }
+
+    /// A module with `(compute capability, PTX)` pairs and the `(compute capability, cubin)` pairs ptxas
+    /// assembled from them.
+    pub const fn with_sass(
+        name: &'static str,
+        ptx: &'static [(u32, &'static str)],
+        sass: &'static [(u32, &'static [u8])],
+    ) -> KernelModule {
+        KernelModule { name, ptx, sass }
+    }
+
+    /// The compute capabilities the module has SASS for.
+    pub fn sass_arches(&self) -> Vec<u32> {
+        self.sass.iter().map(|s| s.0).collect()
+    }
+
+    /// What a device of compute capability `cc` loads: SASS of the same major version and a minor version
+    /// not above the device's (SASS runs only there: sm_80 SASS on sm_86, never on sm_90), the newest such;
+    /// else the PTX [`KernelModule::ptx_for`] picks, JIT-compiled.
+    pub fn image_for(&self, cc: u32) -> Result<ModuleImage, Error> {
+        let sass =
+            self.sass.iter().filter(|(arch, _)| arch / 10 == cc / 10 && *arch <= cc).max_by_key(|(arch, _)| *arch);
+        if let Some(&(cc, cubin)) = sass {
+            return Ok(ModuleImage::Sass { cc, cubin });
+        }
+        self.ptx_for(cc).map(|(cc, ptx)| ModuleImage::Ptx { cc, ptx })
     }
 
     /// The kernels crate's name.
@@ -52,11 +117,13 @@ impl KernelModule {
 #[macro_export]
 macro_rules! kernel_module {
     () => {
-        /// The PTX of this kernels crate, one module per architecture, embedded at build time.
+        /// The PTX of this kernels crate, one module per architecture, and its SASS where ptxas made it,
+        /// embedded at build time.
         #[doc(hidden)]
-        pub static __FERROCOMM_MODULE: ::ferrocomm::KernelModule = ::ferrocomm::KernelModule::new(
+        pub static __FERROCOMM_MODULE: ::ferrocomm::KernelModule = ::ferrocomm::KernelModule::with_sass(
             env!("CARGO_CRATE_NAME"),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs")),
+            include!(concat!(env!("OUT_DIR"), "/ferrocomm_sass.rs")),
         );
     };
 }
@@ -72,6 +139,22 @@ mod tests {
         assert_eq!(TWO.ptx_for(90).unwrap(), (90, "ptx90"));
         assert_eq!(TWO.ptx_for(100).unwrap(), (90, "ptx90"));
         assert_eq!(TWO.ptx_for(86).unwrap(), (80, "ptx80"));
+    }
+
+    static WITH_SASS: KernelModule =
+        KernelModule::with_sass("sass", &[(80, "ptx80"), (90, "ptx90")], &[(80, b"sass80"), (90, b"sass90")]);
+
+    #[test]
+    fn sass_where_it_runs_else_ptx() {
+        assert_eq!(WITH_SASS.image_for(90).unwrap(), ModuleImage::Sass { cc: 90, cubin: b"sass90" });
+        // sm_80 SASS runs on every sm_8x; sm_90 SASS nowhere else.
+        assert_eq!(WITH_SASS.image_for(86).unwrap(), ModuleImage::Sass { cc: 80, cubin: b"sass80" });
+        assert_eq!(WITH_SASS.image_for(100).unwrap(), ModuleImage::Ptx { cc: 90, ptx: "ptx90" });
+        assert!(WITH_SASS.image_for(100).unwrap().is_jit() && !WITH_SASS.image_for(90).unwrap().is_jit());
+        // Without SASS, PTX everywhere.
+        assert_eq!(TWO.image_for(90).unwrap(), ModuleImage::Ptx { cc: 90, ptx: "ptx90" });
+        assert_eq!(WITH_SASS.sass_arches(), [80, 90]);
+        assert!(matches!(WITH_SASS.image_for(75), Err(Error::NoPtxForArch { .. })));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! Loading a kernels crate's PTX once per rank (the driver JIT-compiles it for the GPU), writing the rank's
-//! `FERROCOMM_LAUNCH_CTX` into that instance, and finding kernels in it.
+//! Loading a kernels crate's code once per rank (its SASS when built for the GPU, else its PTX, which the
+//! driver JIT-compiles), writing the rank's `FERROCOMM_LAUNCH_CTX` into that instance, and finding kernels
+//! in it.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -12,7 +13,7 @@ use ferrocomm_device::abi::{LAUNCH_CTX_SYMBOL, LaunchCtx};
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
-use crate::module::KernelModule;
+use crate::module::{KernelModule, ModuleImage};
 use crate::team::TeamShared;
 
 /// One rank's instance of a module.
@@ -21,7 +22,7 @@ pub(crate) struct LoadedModule {
     ctx: Arc<CudaContext>,
     module: sys::CUmodule,
     name: &'static str,
-    /// The compute capability its PTX was built for.
+    /// The compute capability its image was built for.
     pub cc: u32,
     /// Kernel name → (function, dynamic shared memory it was opened up to).
     functions: Mutex<HashMap<&'static str, (sys::CUfunction, u32)>>,
@@ -61,14 +62,34 @@ impl CudaTeam {
         }
         let gpu = self.gpu_of(rank);
         let device = Some(gpu.device());
-        let (cc, ptx) = module.ptx_for(gpu.cc)?;
-        let image = CString::new(ptx).map_err(|_| Error::TeamConfig {
-            reason: format!("module `{}` has a NUL byte in its PTX; rebuild the kernels crate", module.name()),
-        })?;
+        let image = module.image_for(gpu.cc)?;
+        let cc = image.cc();
+        // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
+        // it is copied into 8-byte aligned memory (`include_bytes!` aligns to 1).
+        let (text, aligned): (CString, Vec<u64>);
+        let bytes: *const std::ffi::c_void = match image {
+            ModuleImage::Ptx { ptx, .. } => {
+                text = CString::new(ptx).map_err(|_| Error::TeamConfig {
+                    reason: format!("module `{}` has a NUL byte in its PTX; rebuild the kernels crate", module.name()),
+                })?;
+                text.as_ptr().cast()
+            }
+            ModuleImage::Sass { cubin, .. } => {
+                let mut words = vec![0u64; cubin.len().div_ceil(8)];
+                for (word, chunk) in words.iter_mut().zip(cubin.chunks(8)) {
+                    let mut raw = [0u8; 8];
+                    raw[..chunk.len()].copy_from_slice(chunk);
+                    *word = u64::from_ne_bytes(raw);
+                }
+                aligned = words;
+                aligned.as_ptr().cast()
+            }
+        };
         self.bind(rank)?;
         let started = std::time::Instant::now();
-        // SAFETY: `image` is a NUL-terminated PTX string; the rank's context is current.
-        let handle = unsafe { result::module::load_data(image.as_ptr().cast()) }.map_err(|source| Error::PtxLoad {
+        // SAFETY: `bytes` is a NUL-terminated PTX string or a whole cubin image, alive for the call; the
+        // rank's context is current.
+        let handle = unsafe { result::module::load_data(bytes) }.map_err(|source| Error::PtxLoad {
             module: module.name(),
             cc,
             device: gpu.device(),
@@ -81,7 +102,8 @@ impl CudaTeam {
             cc,
             functions: Mutex::new(HashMap::new()),
         });
-        tracing::debug!(module = module.name(), rank, cc, ms = started.elapsed().as_millis() as u64, "module loaded");
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::debug!(module = module.name(), rank, cc, jit = image.is_jit(), ms, "module loaded");
         // `rank` numbers this backend's ranks; the context names the team rank it runs.
         let ctx = team.launch_ctx(team.local[rank]);
         let symbol = CString::new(LAUNCH_CTX_SYMBOL).expect("no NUL");
