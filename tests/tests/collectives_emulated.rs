@@ -354,3 +354,51 @@ proptest! {
         }
     }
 }
+
+/// An SM budget caps every kernel's grid (the emulator's tuned grids have two blocks: a budget of one
+/// halves them) and changes no result: each collective and put at sizes beyond one block's share, on the
+/// same communicator before and after the budget, and after lifting it.
+#[test]
+fn an_sm_budget_caps_the_grids_and_keeps_the_results() {
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let tuned = comm.tuning().clone();
+    assert_eq!(comm.sm_budget(), None);
+    assert!(matches!(comm.set_sm_budget(Some(0)), Err(CommError::BadTuning { .. })));
+    let run = |comm: &mut Communicator<'_>, seed: u64| {
+        for (i, &len) in [1usize, 129, 3001].iter().enumerate() {
+            let seed = seed + i as u64 * 10;
+            for algorithm in [Algorithm::LlOneShot, Algorithm::OneShot, Algorithm::TwoShot] {
+                let fits = match algorithm {
+                    Algorithm::LlOneShot => len * 4 <= comm.tuning().ll_all_reduce_max_bytes,
+                    Algorithm::OneShot => len * 4 <= comm.tuning().one_shot_max_bytes,
+                    Algorithm::TwoShot => true,
+                };
+                if fits {
+                    check(verify::all_reduce::<f32>(comm, len, Op::Sum, Some(algorithm), 2, seed));
+                }
+            }
+            check(verify::all_gather::<u32>(comm, len, seed + 1));
+            check(verify::all_to_all::<u32>(comm, &[vec![1, 2], vec![3, 0]], len, 3, seed + 2));
+            check(verify::put_or_get::<u8>(
+                comm,
+                len * 4 + 3,
+                len * 4 + 3,
+                Route::Pair { from: 0, to: 1 },
+                false,
+                seed + 3,
+            ));
+        }
+    };
+    run(&mut comm, 1);
+    comm.set_sm_budget(Some(1)).unwrap();
+    assert_eq!((comm.tuning().max_blocks, comm.tuning().put_blocks), (1, 1));
+    assert_eq!(comm.sm_budget(), Some(1));
+    run(&mut comm, 100);
+    // A budget above the tuned grids changes nothing; lifting it restores them.
+    comm.set_sm_budget(Some(1000)).unwrap();
+    assert_eq!(comm.tuning(), &tuned);
+    comm.set_sm_budget(None).unwrap();
+    assert_eq!(comm.tuning(), &tuned);
+    run(&mut comm, 200);
+}

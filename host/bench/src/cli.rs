@@ -78,6 +78,10 @@ pub struct BenchArgs {
     /// [default: 1,8,64; --quick: 8].
     #[arg(long, value_delimiter = ',', value_name = "DEPTHS", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub queue_depth: Vec<u32>,
+    /// SM budgets to sweep (blocks per rank, as `Communicator::set_sm_budget` takes them), each its own
+    /// gpu series (`gpu-sm16`) of the put and the collectives, beside the tuned `gpu` series [default: none].
+    #[arg(long, value_delimiter = ',', value_name = "SMS", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub sm_budgets: Vec<u32>,
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
@@ -510,6 +514,13 @@ fn measure_all(
                 Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, variant.clone(), d))),
                 _ => runs.push((mode, variant, 0)),
             }
+        }
+        if mode == Mode::Gpu {
+            runs.extend(
+                dedup(&args.sm_budgets)
+                    .into_iter()
+                    .map(|sms| (mode, Some(crate::ferro::gpu_mode::budget_label(sms)), 0)),
+            );
         }
     }
     let total = plan.points() * runs.len() as u64;

@@ -42,7 +42,7 @@ fn quick_and_explicit_values() {
     let a = args(
         "--quick --iters 7 --trials 3 --warmup 0 --sizes 1KiB..4KiB --dtype f16 --no-graph --gpus 1,0 \
          --queue-depth 4,4,16 --ops all-reduce,allreduce,ping-pong --modes nccl,gpu,nccl --out bench \
-         --anchors a.txt --anchors b.txt",
+         --anchors a.txt --anchors b.txt --sm-budgets 16,8 --utilization",
     )
     .unwrap();
     let plan = a.plan();
@@ -53,6 +53,8 @@ fn quick_and_explicit_values() {
     assert_eq!(a.queue_depths(), [4, 16]);
     assert_eq!(a.gpus, Some(vec![1, 0]));
     assert_eq!(a.anchors.len(), 2);
+    assert_eq!(a.sm_budgets, [16, 8]);
+    assert!(plan.utilization && !q.plan().utilization);
 }
 
 #[test]
@@ -61,6 +63,7 @@ fn bad_arguments_say_what_is_wrong() {
         ("--queue-depth 0", "0 is not in 1..=65536"),
         ("--queue-depth 65537", "65537 is not in 1..=65536"),
         ("--queue-depth four", "invalid digit"),
+        ("--sm-budgets 0", "0 is not in 1..=1024"),
         ("--ops all-reduse", "all-reduce"),
         ("--modes anchor", "gpu"),
         ("--sizes 8..1MiB:1", "whole factor"),

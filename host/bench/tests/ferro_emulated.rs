@@ -285,3 +285,21 @@ fn anchor_sizes_join_the_sweep() {
     assert_eq!(ours, [64, 14336], "the anchor's all-to-all size is measured too; its all-gather is not asked for");
     assert!(data.measurements.iter().any(|m| m.mode == Mode::Anchor && m.bytes == 14336));
 }
+
+#[test]
+fn an_sm_budget_series_runs_on_fewer_blocks() {
+    let mut tuned = GpuBackend::new(team(), Variant::Main).unwrap();
+    let mut budget = GpuBackend::new(team(), Variant::SmBudget(1)).unwrap();
+    assert_eq!(budget.label().as_deref(), Some("sm1"));
+    assert!(!budget.measures(Operation::PingPong) && budget.supports(Operation::PingPong).is_err());
+    // The all-reduce at the emulator's one-shot limit (the two-shot's segments fit one block there).
+    for (op, bytes) in
+        [(Operation::PutBandwidth, 1 << 16), (Operation::AllReduce, 1024), (Operation::AllGather, 1 << 14)]
+    {
+        budget.verify(op, Dtype::Bf16).unwrap_or_else(|e| panic!("{op}: {e}"));
+        let capped = budget.run(&request(op, bytes, 2)).unwrap();
+        let full = tuned.run(&request(op, bytes, 2)).unwrap();
+        // The emulator's tuned grids have two blocks; the budget allows one.
+        assert_eq!((capped.sms_used, full.sms_used), (Some(1), Some(2)), "{op}");
+    }
+}

@@ -46,6 +46,19 @@ pub enum Variant {
     /// `gpu-ll-one-shot`, `gpu-one-shot`, `gpu-two-shot`: the all-reduce with one algorithm at every size
     /// it can run, where the `gpu` series picks by size: the sweep that tunes the thresholds.
     AllReduce(Algorithm),
+    /// `gpu-smN`: the put and the collectives with an SM budget of N blocks per rank
+    /// (`Communicator::set_sm_budget`), where the `gpu` series uses the tuned grids.
+    SmBudget(u32),
+}
+
+/// The series label of an SM budget (`sm16`).
+pub fn budget_label(sms: u32) -> String {
+    format!("sm{sms}")
+}
+
+/// The SM budget a series label names (`sm16` → 16), if it names one.
+pub fn label_budget(label: &str) -> Option<u32> {
+    label.strip_prefix("sm")?.parse().ok().filter(|&n| n > 0)
 }
 
 /// The all-reduce algorithms a sweep measures one by one, in the order the library's thresholds use them.
@@ -68,18 +81,21 @@ pub fn label_algorithm(label: &str) -> Option<Algorithm> {
 impl Variant {
     fn protocol(self) -> PingProtocol {
         match self {
-            Variant::Main | Variant::Procs | Variant::AllReduce(_) => PingProtocol::ReleaseAcquire,
+            Variant::Main | Variant::Procs | Variant::AllReduce(_) | Variant::SmBudget(_) => {
+                PingProtocol::ReleaseAcquire
+            }
             Variant::Ll => PingProtocol::Ll,
         }
     }
 
     /// The series label ([`Backend::label`]).
-    pub fn label(self) -> Option<&'static str> {
+    pub fn label(self) -> Option<String> {
         match self {
             Variant::Main => None,
-            Variant::Ll => Some(LL_LABEL),
-            Variant::Procs => Some(PROCS_LABEL),
-            Variant::AllReduce(algorithm) => Some(algorithm_label(algorithm)),
+            Variant::Ll => Some(LL_LABEL.to_owned()),
+            Variant::Procs => Some(PROCS_LABEL.to_owned()),
+            Variant::AllReduce(algorithm) => Some(algorithm_label(algorithm).to_owned()),
+            Variant::SmBudget(sms) => Some(budget_label(sms)),
         }
     }
 
@@ -132,14 +148,17 @@ impl GpuBackend {
                         .into(),
                 });
             }
-            (Variant::Main | Variant::Ll | Variant::AllReduce(_), true) => {
+            (Variant::Main | Variant::Ll | Variant::AllReduce(_) | Variant::SmBudget(_), true) => {
                 let rank = team.local_ranks().first().copied().unwrap_or(0);
                 let what = format!("the gpu{} series", variant.label().map(|l| format!("-{l}")).unwrap_or_default());
                 return Err(BackendError::OneProcessOnly { mode: Mode::Gpu, what, rank, world: team.world() });
             }
             _ => {}
         }
-        let comm_ = Communicator::new(team).map_err(comm(Mode::Gpu))?;
+        let mut comm_ = Communicator::new(team).map_err(comm(Mode::Gpu))?;
+        if let Variant::SmBudget(sms) = variant {
+            comm_.set_sm_budget(Some(sms)).map_err(comm(Mode::Gpu))?;
+        }
         let stamps = Stamps::new(team).map_err(runtime(Mode::Gpu))?;
         Ok(GpuBackend { captured: None, stamps, comm: comm_, team, variant })
     }
@@ -316,7 +335,7 @@ impl Backend for GpuBackend {
     }
 
     fn label(&self) -> Option<String> {
-        self.variant.label().map(str::to_owned)
+        self.variant.label()
     }
 
     fn measures(&self, op: Operation) -> bool {
@@ -325,6 +344,7 @@ impl Backend for GpuBackend {
             Variant::Ll => op == Operation::PingPong,
             Variant::Procs => op.is_collective(),
             Variant::AllReduce(_) => op == Operation::AllReduce,
+            Variant::SmBudget(_) => op != Operation::PingPong,
         }
     }
 
@@ -352,6 +372,11 @@ impl Backend for GpuBackend {
             (Variant::Ll, _) => Err("the gpu-ll series is the LL-packet ping-pong; the gpu series has the rest".into()),
             (Variant::Procs, op) if op.is_collective() => Ok(()),
             (Variant::AllReduce(_), Operation::AllReduce) => Ok(()),
+            (Variant::SmBudget(_), op) if op != Operation::PingPong => Ok(()),
+            (Variant::SmBudget(sms), _) => Err(format!(
+                "the gpu-{} series is the put and the collectives; ping-pongs use one block",
+                budget_label(sms)
+            )),
             (Variant::AllReduce(algorithm), _) => Err(format!(
                 "the gpu-{} series is the all-reduce with that algorithm; the gpu series has the rest",
                 algorithm_label(algorithm)
@@ -446,6 +471,12 @@ impl Backend for GpuBackend {
                  be recorded on the runtime's streams). SMs: blocks per rank of the library's grid for the call."
                     .to_owned(),
             ],
+            Variant::SmBudget(sms) => vec![format!(
+                "gpu-{}: the put and the collectives with an SM budget of {sms} blocks per rank \
+                 (Communicator::set_sm_budget: every grid capped, the other SMs left to compute), timed as the gpu \
+                 series.",
+                budget_label(sms)
+            )],
             Variant::AllReduce(algorithm) => vec![format!(
                 "gpu-{0}: the all-reduce forced to the {0} algorithm (Communicator::all_reduce_with) at every size it \
                  can run, timed as the gpu series; the gpu series picks the algorithm by size, and these series \

@@ -92,6 +92,10 @@ impl BackendOpener for FerroBackends {
         match (mode, variant) {
             (Mode::Gpu, None) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Main)?)),
             (Mode::Gpu, Some(LL_LABEL)) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Ll)?)),
+            (Mode::Gpu, Some(label)) if gpu_mode::label_budget(label).is_some() => {
+                let sms = gpu_mode::label_budget(label).unwrap_or(1);
+                Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::SmBudget(sms))?))
+            }
             (Mode::Gpu, Some(label)) if gpu_mode::label_algorithm(label).is_some() => {
                 let algorithm = gpu_mode::label_algorithm(label).unwrap_or(ferrocomm_kernels::Algorithm::TwoShot);
                 Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::AllReduce(algorithm))?))

@@ -24,7 +24,12 @@ pub const PING_MAX_BYTES: usize = 256;
 /// with `Team::capture` and replay it). Every rank of the team takes part in every call.
 pub struct Communicator<'t> {
     pub(super) team: &'t Team,
+    /// The tuning the kernels launch with: `tuned`, its grids capped by the SM budget.
     pub(super) tuning: Tuning,
+    /// The tuning the communicator was made with.
+    tuned: Tuning,
+    /// Blocks (SMs) per rank every kernel may use, when capped ([`Communicator::set_sm_budget`]).
+    sm_budget: Option<u32>,
     pub(super) barrier_pad: SignalPadBuffer,
     pub(super) p2p_pad: SignalPadBuffer,
     pub(super) exchange_pad: SignalPadBuffer,
@@ -144,8 +149,36 @@ impl<'t> Communicator<'t> {
                 ll: SymBuffer::new(team, PING_MAX_BYTES / 8)?,
                 out: SymBuffer::new(team, 2)?,
             },
+            tuned: tuning.clone(),
             tuning,
+            sm_budget: None,
         })
+    }
+
+    /// Lets every kernel this communicator launches from now on use at most `sms` blocks per rank (one
+    /// block per SM at most: the grids are co-resident), as DeepEP's `set_num_sms` does: the other SMs are
+    /// left to compute that runs beside the communication. `None` goes back to the tuned grids. A budget
+    /// above the tuned grid changes nothing; zero is refused. Calls already captured into a graph keep the
+    /// grids they were captured with.
+    pub fn set_sm_budget(&mut self, sms: Option<u32>) -> Result<(), CommError> {
+        if sms == Some(0) {
+            return Err(CommError::BadTuning {
+                reason: "an SM budget of 0: every kernel needs at least one block (None lifts the budget)".into(),
+            });
+        }
+        let mut tuning = self.tuned.clone();
+        if let Some(sms) = sms {
+            tuning.max_blocks = tuning.max_blocks.min(sms);
+            tuning.put_blocks = tuning.put_blocks.min(sms);
+        }
+        self.tuning = tuning;
+        self.sm_budget = sms;
+        Ok(())
+    }
+
+    /// The SM budget set with [`Communicator::set_sm_budget`], if any.
+    pub fn sm_budget(&self) -> Option<u32> {
+        self.sm_budget
     }
 
     /// The team.
@@ -153,7 +186,7 @@ impl<'t> Communicator<'t> {
         self.team
     }
 
-    /// The tuning in use.
+    /// The tuning in use: the one the communicator was made with, its grids capped by the SM budget.
     pub fn tuning(&self) -> &Tuning {
         &self.tuning
     }
