@@ -23,10 +23,9 @@ pub struct AllReduceThresholds {
     pub one_shot_max_bytes: u64,
 }
 
-/// The fastest all-reduce algorithm at each size where at least two of the `gpu-<algorithm>` series
-/// were measured, ascending. The previous size's winner keeps the lead while it is within
-/// [`TIE`](crate::crossover::TIE) of the fastest, so noise does not flip the thresholds.
-pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
+/// The points of the `gpu-<algorithm>` series at each all-reduce size the gpu mode measured, ascending:
+/// `(bytes, [(algorithm, median µs)])`.
+fn algorithm_points(data: &BenchData) -> Vec<(u64, Vec<(Algorithm, f64)>)> {
     let series =
         |a: Algorithm| Series { mode: Mode::Gpu, label: Some(algorithm_label(a).to_owned()), queue_depth: None };
     let mut sizes: Vec<u64> = data
@@ -37,17 +36,38 @@ pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
         .collect();
     sizes.sort_unstable();
     sizes.dedup();
+    sizes
+        .into_iter()
+        .map(|bytes| {
+            let at = ALL_REDUCE_ALGORITHMS
+                .iter()
+                .filter_map(|&a| {
+                    data.points(Operation::AllReduce, &series(a))
+                        .iter()
+                        .find(|m| m.bytes == bytes)
+                        .map(|m| (a, m.median_us))
+                })
+                .collect();
+            (bytes, at)
+        })
+        .collect()
+}
+
+/// Whether the sweep ran every all-reduce algorithm at its smallest size: thresholds are only meaningful
+/// from the bottom up (a sweep from 1 MiB never saw the LL win, and must not recommend turning it off).
+pub fn covers_every_algorithm(data: &BenchData) -> bool {
+    algorithm_points(data)
+        .iter()
+        .find(|(_, at)| !at.is_empty())
+        .is_some_and(|(_, at)| at.len() == ALL_REDUCE_ALGORITHMS.len())
+}
+
+/// The fastest all-reduce algorithm at each size where at least two of the `gpu-<algorithm>` series
+/// were measured, ascending. The previous size's winner keeps the lead while it is within
+/// [`TIE`](crate::crossover::TIE) of the fastest, so noise does not flip the thresholds.
+pub fn algorithm_winners(data: &BenchData) -> Vec<(u64, Algorithm)> {
     let mut out = Vec::new();
-    for bytes in sizes {
-        let at: Vec<(Algorithm, f64)> = ALL_REDUCE_ALGORITHMS
-            .iter()
-            .filter_map(|&a| {
-                data.points(Operation::AllReduce, &series(a))
-                    .iter()
-                    .find(|m| m.bytes == bytes)
-                    .map(|m| (a, m.median_us))
-            })
-            .collect();
+    for (bytes, at) in algorithm_points(data) {
         if at.len() < 2 {
             continue;
         }
@@ -77,10 +97,12 @@ pub fn thresholds(winners: &[(u64, Algorithm)]) -> Option<AllReduceThresholds> {
 }
 
 /// The fastest mode of `op` by size range, as "8 B – 256 KiB: gpu" lines: the tool's own single-process
-/// series (anchors, `gpu-procs` and the forced-algorithm series left out: the algorithms have their own
-/// thresholds).
+/// series (anchors, `gpu-procs`, the forced-algorithm series and the SM-budget ones left out: the algorithms
+/// have their own thresholds, and a budget is the user's choice of SMs, not a mode).
 pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
-    let forced = |s: &Series| s.label.as_deref().is_some_and(|l| crate::ferro::gpu_mode::label_algorithm(l).is_some());
+    use crate::ferro::gpu_mode::{label_algorithm, label_budget};
+    let forced =
+        |s: &Series| s.label.as_deref().is_some_and(|l| label_algorithm(l).is_some() || label_budget(l).is_some());
     crate::crossover::fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_procs() && !forced(s))
         .into_iter()
         .map(|(s, from, to)| {
@@ -97,26 +119,32 @@ pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
 pub fn tuning_file(data: &BenchData) -> Option<String> {
     let ops: Vec<(Operation, Vec<String>)> =
         data.operations().into_iter().map(|op| (op, mode_ranges(data, op))).filter(|(_, r)| !r.is_empty()).collect();
-    let limits = thresholds(&algorithm_winners(data));
-    if ops.is_empty() && limits.is_none() {
+    let winners = algorithm_winners(data);
+    let limits = thresholds(&winners).filter(|_| covers_every_algorithm(data));
+    if ops.is_empty() && winners.is_empty() {
         return None;
     }
     let mut out = format!(
         "# Recommended by ferrocomm bench from the run of {}{}.\n",
         crate::report::readme::format_utc(data.meta.created_unix_s),
-        if data.meta.devices.is_empty() { String::new() } else { format!(" on {}", data.meta.devices.join(", ")) }
+        if data.meta.devices.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", crate::report::readme::describe_devices(&data.meta.devices))
+        }
     );
     if data.measurements.iter().any(|m| m.intra_gpu) {
         out += "# One GPU: the ranks shared it, so these are intra-GPU figures (no NVLink between the ranks).\n";
     }
-    out += "# The fastest mode by size (back-to-back medians; within 2 % of each other counts as a tie):\n";
+    if !ops.is_empty() {
+        out += "# The fastest mode by size (back-to-back medians; within 2 % of each other counts as a tie):\n";
+    }
     for (op, ranges) in &ops {
         let _ = writeln!(out, "#   {op}:");
         for range in ranges {
             let _ = writeln!(out, "#     {range}");
         }
     }
-    let winners = algorithm_winners(data);
     if let Some(&(last, _)) = winners.last() {
         out += "# The fastest all-reduce algorithm by size (where two or more ran):\n";
         let mut spans: Vec<(Algorithm, u64, u64)> = Vec::new();
@@ -132,6 +160,9 @@ pub fn tuning_file(data: &BenchData) -> Option<String> {
             let _ = writeln!(out, "#   {range}: {}", algorithm_label(algorithm));
         }
         let _ = writeln!(out, "#   above {}: two-shot (the only algorithm measured there)", format_size(last));
+    }
+    if limits.is_none() && !winners.is_empty() {
+        out += "# No thresholds: the sweep did not run every algorithm from its smallest size up (sweep from 8 B).\n";
     }
     if let Some(t) = limits {
         out += "# The all-reduce thresholds under which Communicator::all_reduce picks the fastest of its algorithms\n\

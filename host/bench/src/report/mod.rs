@@ -92,9 +92,15 @@ pub fn write_report(dir: &Path, data: &BenchData) -> Result<Vec<PathBuf>, Report
             }
         }
     }
-    let tuning = crate::recommend::tuning_file(data);
-    if let Some(text) = &tuning {
-        files.push(write(dir.join(TUNING_FILE), text)?);
+    match crate::recommend::tuning_file(data) {
+        Some(text) => files.push(write(dir.join(TUNING_FILE), &text)?),
+        // A redrawn report must not keep an earlier run's recommendation.
+        None => match std::fs::remove_file(dir.join(TUNING_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ReportError::Io { path: dir.join(TUNING_FILE), source: e });
+            }
+            _ => {}
+        },
     }
     files.push(write(dir.join("README.md"), &readme::readme(data, &plots))?);
     Ok(files)
