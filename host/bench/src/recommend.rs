@@ -159,7 +159,9 @@ pub fn tuning_file(data: &BenchData) -> Option<String> {
                 if from == to { format_size(from) } else { format!("{} – {}", format_size(from), format_size(to)) };
             let _ = writeln!(out, "#   {range}: {}", algorithm_label(algorithm));
         }
-        let _ = writeln!(out, "#   above {}: two-shot (the only algorithm measured there)", format_size(last));
+        if algorithm_points(data).iter().any(|(bytes, at)| *bytes > last && !at.is_empty()) {
+            let _ = writeln!(out, "#   above {}: two-shot (the only algorithm measured there)", format_size(last));
+        }
     }
     if limits.is_none() && !winners.is_empty() {
         out += "# No thresholds: the sweep did not run every algorithm from its smallest size up (sweep from 8 B).\n";

@@ -1,6 +1,6 @@
 //! The `cpu` mode: CPU-initiated communication, the classic path GPU-initiated kernels are measured
-//! against. The host issues every copy with `cuMemcpyPeerAsync` (copy engines, no SMs) and orders ranks
-//! with events.
+//! against. The host issues every copy with `cuMemcpyPeerAsync` (copy engines between GPUs; within one GPU,
+//! in the one-GPU run, the driver copies with kernels of its own) and orders ranks with events.
 //!
 //! - ping-pong: copy 0 → 1, wait for the stream, copy 1 → 0, wait (the host is in every hop, so the
 //!   host clock times it);
@@ -9,7 +9,9 @@
 //!   copies still pipeline on rank 0's stream; the time ends when rank 1's stream has seen the last;
 //! - all-gather and all-to-all: each rank's stream pushes its chunks to every peer, then every stream
 //!   waits on every other's completion event (the barrier that makes each operation a collective);
-//! - all-reduce is not offered: it needs a reduction kernel, which is what the `gpu` mode brings.
+//! - all-reduce is not offered: it needs a reduction kernel, which is what the `gpu` mode brings;
+//! - isolated operations ([`Backend::isolated`]): each enqueued from the host between clock-stamp kernels on
+//!   every rank's stream ([`StampSlots`]), as the gpu mode's are captured between the library's.
 
 use std::time::{Duration, Instant};
 
