@@ -11,7 +11,7 @@
 //! | [`sizes`] | size parsing (`8B..1GiB`, `64KiB`) and printing |
 //! | [`stats`] | median / min / max, operations per trial |
 //! | [`bandwidth`] | algorithm and bus bandwidth (NCCL's convention) |
-//! | [`cputime`] | host CPU time per operation (`getrusage`) |
+//! | [`cputime`] | host CPU time per operation (every thread's own CPU clock, summed) |
 //! | [`reference`](mod@reference) | CPU references the modes are checked against |
 //! | [`backend`] | the trait every mode implements, and its errors |
 //! | [`method`] | warm-up, trials, sweeps, progress bar |
