@@ -33,6 +33,13 @@ pub fn ll_flag(epoch: u64) -> u32 {
     (epoch.wrapping_sub(1) % u64::from(u32::MAX)) as u32 + 1
 }
 
+/// The flag of the epoch after the one whose flag is `flag`: `ll_next_flag(ll_flag(e)) == ll_flag(e + 1)`,
+/// without [`ll_flag`]'s 64-bit remainder (a loop over epochs steps its flag with it).
+#[inline(always)]
+pub fn ll_next_flag(flag: u32) -> u32 {
+    if flag == u32::MAX { 1 } else { flag + 1 }
+}
+
 impl LlPacket {
     /// A packet carrying `data` under `flag`.
     #[inline(always)]
@@ -246,6 +253,24 @@ impl PeerSlice<LlPacket> {
         unsafe { ll_load(self.as_ptr().add(i)) }
     }
 
+    /// Waits until packet `i` carries `flag` and returns its 8 data bytes (as [`LlPacket::data`]): `spins`
+    /// polls in a tight loop, the latency-critical path, then through the library's wait, which backs off
+    /// and records a timeout.
+    #[inline(always)]
+    #[track_caller]
+    pub fn poll_packet(&self, i: usize, flag: u32, spins: u32) -> u64 {
+        assert!(i < self.len(), "LL packet index out of bounds");
+        for _ in 0..spins {
+            let p = self.load_packet(i);
+            if p.is_complete(flag) {
+                return p.data();
+            }
+        }
+        let mut word = [0u8; LL_PAYLOAD_BYTES];
+        read_ll_lanes(&mut word, self.slice(i, 1), flag, 0, 1);
+        u64::from_le_bytes(word)
+    }
+
     /// Waits until packets `2k` and `2k + 1` both carry `flag` and returns the 16-byte vector they hold.
     /// Both are loaded together on every poll (one round trip, not two): `spins` times in a tight loop, the
     /// latency-critical path, then through the library's wait, which backs off and records a timeout.
@@ -275,6 +300,14 @@ mod tests {
         assert_eq!(ll_flag(2), 2);
         assert_eq!(ll_flag(u64::from(u32::MAX)), u32::MAX);
         assert_eq!(ll_flag(u64::from(u32::MAX) + 1), 1);
+    }
+
+    #[test]
+    fn next_flag_steps_like_the_epoch() {
+        let max = u64::from(u32::MAX);
+        for e in [1, 2, 3, max - 1, max, max + 1, 2 * max - 1, 2 * max, 2 * max + 1] {
+            assert_eq!(ll_next_flag(ll_flag(e)), ll_flag(e + 1), "epoch {e}");
+        }
     }
 
     #[test]

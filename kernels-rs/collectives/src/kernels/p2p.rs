@@ -5,10 +5,10 @@
 //! finished. A route is a shift: rank `r` talks to rank `(r + shift) % world` when bit `r` of `active` is set.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::ll::ll_flag;
+use ferrocomm_device::ll::{LL_PAYLOAD_BYTES, ll_flag, ll_next_flag};
 use ferrocomm_device::prelude::*;
 
-use super::{advance_sequence, sequence_base, spin_wait_ge};
+use super::{SPIN_POLLS, advance_sequence, sequence_base, spin_wait_ge};
 use crate::layout::{p2p_pad, share};
 
 /// Where a rank stands in a route.
@@ -35,6 +35,12 @@ fn route(shift: u32, active: u32) -> Route {
 /// the responder's `PING` flag to `base + i` with `st.release.sys`, and spins (`ld.acquire.sys`) until its
 /// own flag reaches `base + i`; the responder does the same in the opposite order. Each participant
 /// writes `[elapsed ns, iters]` (from `%globaltimer`) into `out`. Launch one block of one thread.
+///
+/// A payload of one vector (at most 16 bytes: the latency sizes) is loaded once, before the loop, and
+/// stored from registers each iteration. The put would load it again every iteration, right after the
+/// acquire poll, whose `ld.acquire.sys` invalidates the L1: a load from L2 between the poll and the reply.
+/// Only the loads of this rank's own payload move, which nothing writes during the launch; the stores into
+/// the peer's inbox stay between the acquire and the release, as before.
 #[kernel]
 pub fn ping_pong(
     pad: SignalPad,
@@ -52,15 +58,26 @@ pub fn ping_pong(
         let ch = session.channel(if rank == initiator { responder } else { initiator });
         let (mine, theirs) = (ch.inbox(p2p_pad::PING), ch.signal(p2p_pad::PING));
         let dst = ch.remote(inbox).slice(0, payload.len());
+        let src = Vectors::of(payload);
+        let held = if src.vectors() == 1 { Some(src.load(0)) } else { None };
+        let send = || {
+            if payload.is_empty() {
+                // The flag is the message.
+            } else if let Some(v) = held {
+                dst.vectors().store(0, v);
+            } else {
+                put(Group::Thread, dst, payload);
+            }
+        };
         let start = globaltimer();
         for i in 1..=u64::from(iters) {
             if rank == initiator {
-                put(Group::Thread, dst, payload);
+                send();
                 theirs.set_release(base + i);
                 spin_wait_ge(mine, base + i);
             } else {
                 spin_wait_ge(mine, base + i);
-                put(Group::Thread, dst, payload);
+                send();
                 theirs.set_release(base + i);
             }
         }
@@ -74,10 +91,13 @@ pub fn ping_pong(
 /// Ping-pong with LL packets: data and flag travel in the same 16-byte stores, so no fence and no separate
 /// flag are needed.
 ///
-/// One warp per rank. Iteration `i` uses the flag `ll_flag(base + i)`: the initiator's lanes store
-/// `payload` as packets into the responder's `ll`, then poll their own `ll` until every packet carries the
-/// flag and unpack it into `inbox`; the responder polls first, then replies with its own payload. Lane 0
-/// writes `[elapsed ns, iters]` into `out`. Launch one block of one warp; `payload` holds at most 256 bytes.
+/// One warp per rank, lane `j` carrying packet `j` (a payload of at most 256 bytes is at most 32 packets).
+/// Iteration `i` uses the flag `ll_flag(base + i)`: the initiator's lanes store their packets into the
+/// responder's `ll`, then poll their own `ll` until every packet carries the flag; the responder polls
+/// first, then replies with its own payload. Each lane loads its 8 payload bytes once, before the loop, and
+/// keeps what it receives in a register: every message carries the same payload, so the last one is
+/// unpacked into `inbox` after the loop, and the per-iteration path is a poll, a warp barrier and a store.
+/// Lane 0 writes `[elapsed ns, iters]` into `out`. Launch one block of one warp.
 #[kernel]
 #[allow(clippy::too_many_arguments)]
 pub fn ping_pong_ll(
@@ -97,24 +117,45 @@ pub fn ping_pong_ll(
         let base = shfl_idx_sync(warp_mask(), base, 0);
         let ch = session.channel(if rank == initiator { responder } else { initiator });
         // An empty payload still travels as one packet: the flag is the message.
-        let empty = [0u8; 8];
-        let mut sink = [0u8; 8];
-        let (send, recv): (&[u8], &mut [u8]) =
-            if payload.is_empty() { (&empty, &mut sink) } else { (payload, &mut inbox[..payload.len()]) };
-        let packets = ll_packets::<u8>(send.len());
-        let (to, from) = (ch.remote(ll).slice(0, packets), ll.local().slice(0, packets));
+        let packets = ll_packets::<u8>(payload.len()).max(1);
+        let (lane, lanes) = Group::Warp.position();
+        assert!(packets <= lanes, "an LL ping-pong carries one packet per lane: at most 256 bytes in a warp");
+        let (to, from) = (ch.remote(ll).slice(0, packets), ll.local().as_const().slice(0, packets));
+        let active = lane < packets;
+        let word = if active && !payload.is_empty() {
+            let v = Vectors::of(payload).load(lane / 2);
+            let half = lane % 2 * 2;
+            u64::from(v[half]) | u64::from(v[half + 1]) << 32
+        } else {
+            0
+        };
+        let mut flag = ll_flag(base + 1);
+        let mut got = 0u64;
         let start = globaltimer();
-        for i in 1..=u64::from(iters) {
-            let flag = ll_flag(base + i);
+        for _ in 0..iters {
             if rank == initiator {
-                put_ll(Group::Warp, to, send, flag);
-                read_ll(Group::Warp, &mut *recv, from, flag);
+                if active {
+                    to.store_packet(lane, LlPacket::new(word, flag));
+                    got = from.poll_packet(lane, flag, SPIN_POLLS);
+                }
+                Group::Warp.sync();
             } else {
-                read_ll(Group::Warp, &mut *recv, from, flag);
-                put_ll(Group::Warp, to, send, flag);
+                if active {
+                    got = from.poll_packet(lane, flag, SPIN_POLLS);
+                }
+                Group::Warp.sync();
+                if active {
+                    to.store_packet(lane, LlPacket::new(word, flag));
+                }
             }
+            flag = ll_next_flag(flag);
         }
         let elapsed = globaltimer() - start;
+        if active && iters > 0 && !payload.is_empty() {
+            let off = lane * LL_PAYLOAD_BYTES;
+            let n = (payload.len() - off).min(LL_PAYLOAD_BYTES);
+            inbox[off..off + n].copy_from_slice(&got.to_le_bytes()[..n]);
+        }
         if lane_id() == 0 {
             out[0] = elapsed;
             out[1] = u64::from(iters);
