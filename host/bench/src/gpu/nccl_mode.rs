@@ -403,7 +403,18 @@ impl Backend for NcclBackend {
             None
         } else {
             let enqueue = || self.enqueue_isolated(op, bytes, request.dtype, ops);
-            Some(capture_joined(&self.gpus, &ranks, enqueue)?)
+            match capture_joined(&self.gpus, &ranks, enqueue) {
+                Ok(graph) => Some(graph),
+                Err(e) => {
+                    // As for the back-to-back series: eager launches, and the report says why.
+                    let note =
+                        format!("nccl {op} isolated: CUDA-graph capture failed ({e}); timed with eager launches");
+                    eprintln!("warning: {note}");
+                    self.notes.push(note);
+                    self.gpus.synchronize()?;
+                    None
+                }
+            }
         };
         // The first pass warms up; the second is read.
         for _ in 0..2 {
