@@ -129,6 +129,9 @@ pub fn ping_pong_ll(
         } else {
             0
         };
+        // Lanes without a packet poll one of the others' (read only): the whole warp leaves the poll together
+        // instead of idle lanes waiting at the barrier for the ones that poll.
+        let polled = lane % packets;
         let mut flag = ll_flag(base + 1);
         let mut got = 0u64;
         let start = globaltimer();
@@ -136,13 +139,11 @@ pub fn ping_pong_ll(
             if rank == initiator {
                 if active {
                     to.store_packet(lane, LlPacket::new(word, flag));
-                    got = from.poll_packet(lane, flag, SPIN_POLLS);
                 }
+                got = from.poll_packet(polled, flag, SPIN_POLLS);
                 Group::Warp.sync();
             } else {
-                if active {
-                    got = from.poll_packet(lane, flag, SPIN_POLLS);
-                }
+                got = from.poll_packet(polled, flag, SPIN_POLLS);
                 Group::Warp.sync();
                 if active {
                     to.store_packet(lane, LlPacket::new(word, flag));
