@@ -34,18 +34,18 @@ impl PlotKind {
 }
 
 /// Preferred colours per mode (several series of one mode take them in turn), then spares.
-const GPU: [RGBColor; 2] = [RGBColor(214, 39, 40), RGBColor(255, 152, 150)];
-const PROXY: [RGBColor; 3] = [RGBColor(255, 127, 14), RGBColor(188, 95, 10), RGBColor(255, 187, 120)];
-const CPU: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(174, 199, 232)];
-const NCCL: [RGBColor; 2] = [RGBColor(44, 160, 44), RGBColor(152, 223, 138)];
-const ANCHOR: [RGBColor; 5] = [
+pub(super) const GPU: [RGBColor; 2] = [RGBColor(214, 39, 40), RGBColor(255, 152, 150)];
+pub(super) const PROXY: [RGBColor; 3] = [RGBColor(255, 127, 14), RGBColor(188, 95, 10), RGBColor(255, 187, 120)];
+pub(super) const CPU: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(174, 199, 232)];
+pub(super) const NCCL: [RGBColor; 2] = [RGBColor(44, 160, 44), RGBColor(152, 223, 138)];
+pub(super) const ANCHOR: [RGBColor; 5] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
     RGBColor(127, 127, 127),
     RGBColor(227, 119, 194),
     RGBColor(23, 190, 207),
 ];
-const SPARE: [RGBColor; 4] =
+pub(super) const SPARE: [RGBColor; 4] =
     [RGBColor(188, 189, 34), RGBColor(0, 0, 0), RGBColor(197, 176, 213), RGBColor(196, 156, 148)];
 
 /// The colour of each series of `op`, distinct within the plot.
@@ -145,10 +145,10 @@ pub fn plot(data: &BenchData, op: Operation, kind: PlotKind, path: &Path) -> Res
 }
 
 /// A linear axis with the ticks this module chooses (plotters' own ticks fall between powers of two).
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
+pub(super) struct Axis {
+    pub(super) lo: f64,
+    pub(super) hi: f64,
+    pub(super) ticks: Vec<f64>,
 }
 
 impl Ranged for Axis {
@@ -176,7 +176,7 @@ impl ValueFormatter<f64> for Axis {
 }
 
 /// Ticks from 0 to `hi` at a 1-2-5 step giving 4 to 10 of them.
-fn linear_ticks(hi: f64) -> Vec<f64> {
+pub(super) fn linear_ticks(hi: f64) -> Vec<f64> {
     if hi <= 0.0 || !hi.is_finite() {
         return vec![0.0];
     }
@@ -187,7 +187,7 @@ fn linear_ticks(hi: f64) -> Vec<f64> {
 }
 
 /// Whole powers of two from `lo` to `hi` (log2), thinned to at most 12 ticks.
-fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
+pub(super) fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
     let step = ((hi - lo) / 12 + 1).max(1);
     (lo..=hi).step_by(step as usize).map(|e| e as f64).collect()
@@ -208,12 +208,12 @@ fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
 }
 
 /// A tick label: whole numbers from 10 up, otherwise up to three decimals without trailing zeros.
-fn number(y: f64) -> String {
+pub(super) fn number(y: f64) -> String {
     let s = if y.abs() >= 10.0 || y == 0.0 { format!("{y:.0}") } else { format!("{y:.3}") };
     if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
 }
 
-fn x_label(x: &f64) -> String {
+pub(super) fn x_label(x: &f64) -> String {
     if (x - x.round()).abs() < 1e-6 && *x >= 0.0 { format_size(2f64.powf(x.round()) as u64) } else { String::new() }
 }
 

@@ -18,11 +18,11 @@
 use std::path::Path;
 
 use plotters::coord::Shift;
-use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
 use plotters::prelude::*;
 
-use super::plot::PlotError;
-use crate::sizes::format_size;
+// The axis, ticks, labels and mode colours of the latency and bandwidth plots, so this figure reads like
+// the ones beside it.
+use super::plot::{ANCHOR, Axis, CPU, GPU, NCCL, PROXY, PlotError, SPARE, linear_ticks, number, size_ticks, x_label};
 
 /// One point: (message bytes, SM activity %, NVLink GB/s). A `None` figure leaves the point out of that
 /// panel.
@@ -40,27 +40,12 @@ pub fn file_name(op_name: &str) -> String {
 /// The colours of [`plot`](super::plot)'s modes, picked by the series name's first word, so that a mode
 /// has one colour across a report's figures; other names take the spares in turn.
 fn colors(series: &[UtilizationSeries]) -> Vec<RGBColor> {
-    const BY_MODE: [(&str, [RGBColor; 2]); 4] = [
-        ("gpu", [RGBColor(214, 39, 40), RGBColor(255, 152, 150)]),
-        ("proxy", [RGBColor(255, 127, 14), RGBColor(188, 95, 10)]),
-        ("cpu", [RGBColor(31, 119, 180), RGBColor(174, 199, 232)]),
-        ("nccl", [RGBColor(44, 160, 44), RGBColor(152, 223, 138)]),
-    ];
-    const SPARE: [RGBColor; 8] = [
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(127, 127, 127),
-        RGBColor(227, 119, 194),
-        RGBColor(23, 190, 207),
-        RGBColor(188, 189, 34),
-        RGBColor(0, 0, 0),
-        RGBColor(197, 176, 213),
-    ];
+    let by_mode: [(&str, &[RGBColor]); 4] = [("gpu", &GPU), ("proxy", &PROXY), ("cpu", &CPU), ("nccl", &NCCL)];
     let mut out: Vec<RGBColor> = Vec::new();
     for (name, _) in series {
         let word = name.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or("").to_ascii_lowercase();
-        let preferred: &[RGBColor] = BY_MODE.iter().find(|(m, _)| *m == word).map_or(&[], |(_, c)| c);
-        let free = preferred.iter().chain(SPARE.iter()).find(|c| !out.contains(c));
+        let preferred: &[RGBColor] = by_mode.iter().find(|(m, _)| *m == word).map_or(&[], |(_, c)| c);
+        let free = preferred.iter().chain(ANCHOR.iter()).chain(SPARE.iter()).find(|c| !out.contains(c));
         out.push(free.copied().unwrap_or(BLACK));
     }
     out
@@ -176,68 +161,6 @@ fn panel(
         .border_style(BLACK)
         .draw()
         .map_err(|e| e.to_string())
-}
-
-// The axis, ticks and labels below are those of `plot` (private there), so that this figure reads like the
-// latency and bandwidth ones beside it.
-
-/// A linear axis with chosen ticks (plotters' own fall between powers of two).
-struct Axis {
-    lo: f64,
-    hi: f64,
-    ticks: Vec<f64>,
-}
-
-impl Ranged for Axis {
-    type FormatOption = NoDefaultFormatting;
-    type ValueType = f64;
-
-    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
-        let span = f64::from(limit.1 - limit.0);
-        limit.0 + (span * (value - self.lo) / (self.hi - self.lo)).round() as i32
-    }
-
-    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
-        if hint.weight().allow_light_points() { Vec::new() } else { self.ticks.clone() }
-    }
-
-    fn range(&self) -> std::ops::Range<f64> {
-        self.lo..self.hi
-    }
-}
-
-impl ValueFormatter<f64> for Axis {
-    fn format(value: &f64) -> String {
-        number(*value)
-    }
-}
-
-/// Ticks from 0 to `hi` at a 1-2-5 step giving 4 to 10 of them.
-fn linear_ticks(hi: f64) -> Vec<f64> {
-    if hi <= 0.0 || !hi.is_finite() {
-        return vec![0.0];
-    }
-    let raw = hi / 6.0;
-    let decade = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * decade).find(|s| *s >= raw).unwrap_or(10.0 * decade);
-    (0..).map(|i| f64::from(i) * step).take_while(|t| *t <= hi).collect()
-}
-
-/// Whole powers of two from `lo` to `hi` (log2), thinned to at most 12 ticks.
-fn size_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let (lo, hi) = (lo.ceil() as i64, hi.floor() as i64);
-    let step = ((hi - lo) / 12 + 1).max(1);
-    (lo..=hi).step_by(step as usize).map(|e| e as f64).collect()
-}
-
-/// A tick label: whole numbers from 10 up, otherwise up to three decimals without trailing zeros.
-fn number(y: f64) -> String {
-    let s = if y.abs() >= 10.0 || y == 0.0 { format!("{y:.0}") } else { format!("{y:.3}") };
-    if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_owned() } else { s }
-}
-
-fn x_label(x: &f64) -> String {
-    if (x - x.round()).abs() < 1e-6 && *x >= 0.0 { format_size(2f64.powf(x.round()) as u64) } else { String::new() }
 }
 
 #[cfg(test)]
