@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The committed report in one run on the GPU machine: the anchor programs (bench/anchors/run.sh), then
+# The committed report in one run on the GPUs it measures: the anchor programs (bench/anchors/run.sh), then
 # `ferrocomm bench` with their figures beside its own. The anchors' raw output stays in the report folder
 # (OUTDIR/anchors/), beside the parsed figures in OUTDIR/data.json.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs every anchor script on this GPU machine, saves each one's raw output as
+# Builds and runs every anchor script on this machine's GPUs, saves each one's raw output as
 # OUTDIR/<name>.txt (stderr in OUTDIR/<name>.log), and prints the --anchors arguments for ferrocomm bench.
 #
 #   bash bench/anchors/run.sh OUTDIR
