@@ -17,6 +17,18 @@ fn every_module() -> Vec<(&'static str, u32, &'static str)> {
     crates.iter().flat_map(|&(name, modules)| modules.iter().map(move |&(cc, ptx)| (name, cc, ptx))).collect()
 }
 
+/// The ptxas to assemble with, or `None` (with a message) where there is none and none is required.
+fn ptxas_or_skip() -> Option<std::path::PathBuf> {
+    match find_ptxas() {
+        PtxasLocation::Found { path, .. } => Some(path),
+        PtxasLocation::Missing => {
+            assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
+            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc==13.0.88)");
+            None
+        }
+    }
+}
+
 #[test]
 fn every_kernels_crate_has_sm_80_and_sm_90_modules() {
     for (name, _, _) in every_module() {
@@ -27,14 +39,7 @@ fn every_kernels_crate_has_sm_80_and_sm_90_modules() {
 
 #[test]
 fn every_module_assembles_with_ptxas() {
-    let ptxas = match find_ptxas() {
-        PtxasLocation::Found { path, .. } => path,
-        PtxasLocation::Missing => {
-            assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
-            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc==13.0.88)");
-            return;
-        }
-    };
+    let Some(ptxas) = ptxas_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
     let modules = every_module();
     assert!(modules.len() >= 10, "five crates, two architectures each: {}", modules.len());
@@ -49,14 +54,7 @@ fn every_module_assembles_with_ptxas() {
 /// The bench's clock-stamp kernel, written in PTX for the modes that load no kernels crate.
 #[test]
 fn bench_stamp_kernel_assembles_with_ptxas() {
-    let ptxas = match find_ptxas() {
-        PtxasLocation::Found { path, .. } => path,
-        PtxasLocation::Missing => {
-            assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
-            eprintln!("skipped: ptxas not found (pip install nvidia-cuda-nvcc==13.0.88)");
-            return;
-        }
-    };
+    let Some(ptxas) = ptxas_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stamp.ptx");
     std::fs::write(&path, ferrocomm_bench::gpu::stamp::STAMP_PTX).unwrap();
@@ -69,9 +67,8 @@ fn bench_stamp_kernel_assembles_with_ptxas() {
 /// without a JIT: an sm_90 GPU gets the sm_90 cubin, an sm_86 one the sm_80 cubin, newer ones the PTX.
 #[test]
 fn every_kernels_crate_embeds_sass_where_ptxas_was_found() {
-    if find_ptxas() == PtxasLocation::Missing {
-        assert!(!ptxas_required(), "FERROCOMM_REQUIRE_PTXAS=1 but no ptxas was found");
-        eprintln!("skipped: ptxas not found, so the build embedded PTX only");
+    // Without ptxas the build embedded PTX only.
+    if ptxas_or_skip().is_none() {
         return;
     }
     let modules = [

@@ -191,20 +191,20 @@ impl GpuBackend {
             return Ok(());
         }
         self.captured = None;
-        let recorded = workload(
-            &mut self.comm,
-            &mut self.stamps,
-            self.team,
-            request,
-            (Pattern::BackToBack, self.variant.algorithm()),
-        )
-        .map_err(comm(Mode::Gpu))?;
+        let recorded = self.record_back_to_back(request)?;
         let Some(graph) = recorded else {
             return Err(BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() });
         };
         let blocks = self.blocks(request);
         self.captured = Some(Captured { key, graph, blocks });
         Ok(())
+    }
+
+    /// `request`'s operations back to back between this backend's stamps, with its series' algorithm:
+    /// captured (the graph is returned) or run now, as `request.graph` says.
+    fn record_back_to_back(&mut self, request: &Request) -> Result<Option<TeamGraph<'static>>, BackendError> {
+        let how = (Pattern::BackToBack, self.variant.algorithm());
+        workload(&mut self.comm, &mut self.stamps, self.team, request, how).map_err(comm(Mode::Gpu))
     }
 
     fn blocks(&self, request: &Request) -> u32 {
@@ -225,14 +225,7 @@ impl GpuBackend {
         } else {
             // The host launches and waits for every call: that is this path's cost, so nothing is left out.
             self.captured = None;
-            workload(
-                &mut self.comm,
-                &mut self.stamps,
-                self.team,
-                request,
-                (Pattern::BackToBack, self.variant.algorithm()),
-            )
-            .map_err(comm(Mode::Gpu))?;
+            self.record_back_to_back(request)?;
             (self.stamps.longest_ns(&ranks).map_err(stamp_error)?, Duration::ZERO, self.blocks(request))
         };
         let hops = if request.op == Operation::PingPong { 2 } else { 1 };

@@ -85,10 +85,11 @@ pub struct PlotError {
     pub message: String,
 }
 
-struct Line {
-    name: String,
-    color: RGBColor,
-    points: Vec<(f64, f64)>,
+/// One series as drawn: its name, colour and (x, y) points in axis units.
+pub(super) struct Line {
+    pub(super) name: String,
+    pub(super) color: RGBColor,
+    pub(super) points: Vec<(f64, f64)>,
 }
 
 /// Draws `op`'s plot of `kind` into the SVG file at `path`; `Ok(false)` (and no file) when no point of
@@ -228,8 +229,23 @@ fn draw(
 ) -> Result<(), String> {
     let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 26))
+    chart(&root, (title, 26), (x, y), y_desc, y_label, lines)?;
+    root.present().map_err(|e| e.to_string())
+}
+
+/// One chart on `area`: the caption (text, font size), the size axis `x` against `y` (described by `y_desc`,
+/// labelled by `y_label`), a line per series and a legend (none without lines). Every plot of a report
+/// draws its charts with it, so they read alike.
+pub(super) fn chart(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    (caption, caption_size): (&str, u32),
+    (x, y): (Axis, Axis),
+    y_desc: &str,
+    y_label: &dyn Fn(&f64) -> String,
+    lines: &[Line],
+) -> Result<(), String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", caption_size))
         .margin(16)
         .x_label_area_size(56)
         .y_label_area_size(80)
@@ -246,6 +262,9 @@ fn draw(
         .bold_line_style(BLACK.mix(0.12))
         .draw()
         .map_err(|e| e.to_string())?;
+    if lines.is_empty() {
+        return Ok(());
+    }
     for line in lines {
         let color = line.color;
         chart
@@ -261,8 +280,7 @@ fn draw(
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(|e| e.to_string())?;
-    root.present().map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

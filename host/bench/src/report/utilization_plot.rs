@@ -22,7 +22,9 @@ use plotters::prelude::*;
 
 // The axis, ticks, labels and mode colours of the latency and bandwidth plots, so this figure reads like
 // the ones beside it.
-use super::plot::{ANCHOR, Axis, CPU, GPU, NCCL, PROXY, PlotError, SPARE, linear_ticks, number, size_ticks, x_label};
+use super::plot::{
+    ANCHOR, Axis, CPU, GPU, Line, NCCL, PROXY, PlotError, SPARE, chart, linear_ticks, number, size_ticks,
+};
 
 /// One point: (message bytes, SM activity %, NVLink GB/s). A `None` figure leaves the point out of that
 /// panel.
@@ -49,13 +51,6 @@ fn colors(series: &[UtilizationSeries]) -> Vec<RGBColor> {
         out.push(free.copied().unwrap_or(BLACK));
     }
     out
-}
-
-struct Line {
-    name: String,
-    color: RGBColor,
-    /// (log2 bytes, value)
-    points: Vec<(f64, f64)>,
 }
 
 /// Draws `series` into the SVG at `path`, titled `title` (the operation, dtype, GPUs): SM activity on a
@@ -124,43 +119,7 @@ fn panel(
     lines: &[Line],
 ) -> Result<(), String> {
     let caption = if lines.is_empty() { format!("{caption}: not measured") } else { caption.to_owned() };
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(56)
-        .y_label_area_size(80)
-        .build_cartesian_2d(x, y)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("message size")
-        .y_desc(y_desc)
-        .x_label_formatter(&x_label)
-        .y_label_formatter(&|y| number(*y))
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 17))
-        .bold_line_style(BLACK.mix(0.12))
-        .draw()
-        .map_err(|e| e.to_string())?;
-    if lines.is_empty() {
-        return Ok(());
-    }
-    for line in lines {
-        let color = line.color;
-        chart
-            .draw_series(LineSeries::new(line.points.iter().copied(), color.stroke_width(2)).point_size(3))
-            .map_err(|e| e.to_string())?
-            .label(line.name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 20, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| e.to_string())
+    chart(area, (&caption, 20), (x, y), y_desc, &|y| number(*y), lines)
 }
 
 #[cfg(test)]
