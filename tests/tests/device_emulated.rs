@@ -12,6 +12,8 @@ use ferrocomm_device::emu::{self, EmuError};
 use ferrocomm_device::error;
 use ferrocomm_device::prelude::*;
 
+#[path = "device_emulated/bulk.rs"]
+mod bulk;
 #[path = "device_emulated/support.rs"]
 mod support;
 #[path = "device_emulated/warp.rs"]

@@ -346,6 +346,65 @@ fn fence_proxy_async_exists_exactly_where_ptx_8_allows_it() {
     }
 }
 
+/// The TMA entries and their exact PTX: in the sm_90 module, and absent from the sm_80 one.
+const TMA_GOLDEN: &[(&str, &[&str])] = &[
+    ("golden_mbarrier_init", &["mbarrier.init.shared::cta.b64 [%r], %r;"]),
+    ("golden_mbarrier_arrive_expect_tx", &["mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r], %r;"]),
+    (
+        "golden_mbarrier_try_wait_parity",
+        &["{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%r], %r; selp.u32 %r, 1, 0, p; }"],
+    ),
+    (
+        "golden_bulk_load",
+        &[
+            "cvta.to.global.u64 %rd, %rd;",
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r], [%rd], %r, [%r];",
+        ],
+    ),
+    (
+        "golden_bulk_store",
+        &["cvta.to.global.u64 %rd, %rd;", "cp.async.bulk.global.shared::cta.bulk_group [%rd], [%r], %r;"],
+    ),
+    ("golden_bulk_commit", &["cp.async.bulk.commit_group;"]),
+    ("golden_bulk_wait_read_1", &["cp.async.bulk.wait_group.read 1;"]),
+    ("golden_bulk_wait_0", &["cp.async.bulk.wait_group 0;"]),
+];
+
+#[test]
+fn tma_intrinsics_are_pinned_on_sm_90_and_absent_before() {
+    for (cc, ptx) in modules() {
+        for (name, expected) in TMA_GOLDEN {
+            match (cc >= 90, try_entry(ptx, name)) {
+                (true, Some(body)) => assert_eq!(asm_blocks(body), *expected, "sm_{cc}: entry `{name}`"),
+                (true, None) => panic!("sm_{cc}: the TMA entry `{name}` is missing"),
+                (false, Some(_)) => panic!("sm_{cc}: `{name}` exists, but TMA needs sm_90"),
+                (false, None) => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn proxy_fences_are_pinned_on_sm_90_and_nothing_before() {
+    for (name, asm) in [
+        ("golden_fence_proxy_async_global", "fence.proxy.async.global;"),
+        ("golden_fence_proxy_async_shared_cta", "fence.proxy.async.shared::cta;"),
+    ] {
+        for (cc, ptx) in modules() {
+            let expected: &[&str] = if cc >= 90 { &[asm] } else { &[] };
+            assert_eq!(asm_blocks(entry(ptx, name)), expected, "sm_{cc}: entry `{name}`");
+        }
+    }
+}
+
+#[test]
+fn dynamic_shared_window_is_the_symbol_offset_and_size() {
+    assert_entry_asm(
+        "golden_dynamic_shared_window",
+        &["mov.u32 %r, FERROCOMM_DYN_SHARED;", "mov.u32 %r, %dynamic_smem_size;"],
+    );
+}
+
 #[test]
 fn wait_polls_with_acquire_backs_off_and_times_out_by_exiting() {
     for (cc, blocks) in assert_entry_contains(

@@ -65,3 +65,39 @@ pub fn fence_proxy_async() {
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// One proxy fence between the generic proxy and the async proxy (TMA) over one state space: the literal
+/// `asm!` on sm_90, where the async proxy exists; nothing on older GPUs, which have none. In the emulator it
+/// drains the thread's store buffer, so the emulated TMA sees the thread's earlier stores.
+macro_rules! proxy_fence_fn {
+    ($(#[$doc:meta])* $name:ident, $asm:literal) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub fn $name() {
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90", target_feature = "ptx80"))]
+            {
+                // SAFETY: a fence only orders memory accesses; memory is clobbered so none moves across it.
+                unsafe { asm!($asm, options(nostack)) };
+            }
+            #[cfg(not(target_arch = "nvptx64"))]
+            {
+                if let Some(t) = crate::emu::thread::try_current() {
+                    crate::emu::weak::drain_all(&t);
+                }
+                core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    };
+}
+
+proxy_fence_fn!(
+    /// `fence.proxy.async.global`: orders this thread's generic accesses of global memory against bulk
+    /// copies (TMA) of it — before a bulk load of data this thread (or, after a barrier, its block) wrote,
+    /// and after a completed bulk store, before the release that publishes it.
+    fence_proxy_async_global, "fence.proxy.async.global;"
+);
+proxy_fence_fn!(
+    /// `fence.proxy.async.shared::cta`: the same for this block's shared memory — after initialising an
+    /// mbarrier the TMA completes on, or writing a stage a bulk store reads.
+    fence_proxy_async_shared_cta, "fence.proxy.async.shared::cta;"
+);

@@ -31,11 +31,12 @@
 //! | [`shared`] | static (`shared_array!`) and dynamic shared memory |
 //! | [`time`] | `%globaltimer`, `nanosleep` |
 //! | [`atomic`] | scoped atomics: `GpuAtomicU32/U64`, `SysAtomicU32/U64` |
-//! | [`fence`] | `fence.acq_rel.{cta,gpu,sys}`, `fence.sc.{gpu,sys}`, `fence.proxy.async` |
+//! | [`fence`] | `fence.acq_rel.{cta,gpu,sys}`, `fence.sc.{gpu,sys}`, `fence.proxy.async{,.global,.shared::cta}` |
 //! | [`ctx`] | the launch context, `team::rank()` / `team::world()` |
 //! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout; `Session` (a launch's epoch), `Channel` (one peer) |
 //! | [`group`] | `Group`: one thread, a warp or a block sharing a piece of work |
 //! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`bulk`] | TMA bulk copies (`cp.async.bulk`, mbarriers) and `BulkCopier`, a block's staged copy engine |
 //! | [`queue`] | host queues: a single-producer descriptor ring per rank in host-mapped memory (a proxy's) |
 //! | [`vector`] | 16-byte vector access to a range of global memory, tails and misalignment handled |
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |
@@ -50,6 +51,7 @@
 
 pub mod abi;
 pub mod atomic;
+pub mod bulk;
 pub mod ctx;
 pub mod error;
 pub mod fence;
@@ -83,6 +85,7 @@ pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 /// Everything a kernel body usually needs: `use ferrocomm_device::prelude::*;`.
 pub mod prelude {
     pub use crate::abi::LlPacket;
+    pub use crate::bulk::BulkCopier;
     pub use crate::atomic::{GpuAtomicU32, GpuAtomicU64, SysAtomicU32, SysAtomicU64};
     pub use crate::ctx::team;
     pub use crate::error::exit_thread;

@@ -124,6 +124,28 @@ pub fn dynamic_shared<T: Copy>() -> SharedSlice<T> {
     unsafe { SharedSlice::from_raw(ptr.cast(), len) }
 }
 
+/// The block's dynamic shared memory as TMA instructions address it — its `.shared::cta` window offset
+/// (`mov.u32 %r, FERROCOMM_DYN_SHARED;`) — and its size in bytes.
+#[inline(always)]
+pub fn dynamic_shared_window() -> (crate::bulk::SharedAddr, usize) {
+    #[cfg(target_arch = "nvptx64")]
+    let (addr, bytes) = {
+        let (a, n): (u32, u32);
+        // SAFETY: a symbol's address and a special register read; no memory is touched.
+        unsafe {
+            core::arch::asm!("mov.u32 {a}, FERROCOMM_DYN_SHARED;", a = out(reg32) a, options(pure, nomem, nostack));
+            core::arch::asm!("mov.u32 {n}, %dynamic_smem_size;", n = out(reg32) n, options(pure, nomem, nostack));
+        }
+        (a as usize, n as usize)
+    };
+    #[cfg(not(target_arch = "nvptx64"))]
+    let (addr, bytes) = {
+        let (p, n) = crate::emu::dynamic_shared();
+        (p as usize, n)
+    };
+    (crate::bulk::SharedAddr::from_window(addr), bytes)
+}
+
 /// Declares a static shared array of the block and evaluates to its [`SharedSlice`].
 ///
 /// `shared_array!(NAME: [T; N])` — `NAME` becomes the array's PTX symbol, so it must be unique among the

@@ -14,5 +14,7 @@ mod data;
 mod memory;
 #[cfg(target_arch = "nvptx64")]
 mod threads;
+#[cfg(target_arch = "nvptx64")]
+mod tma;
 
 ferrocomm_device::embed_ptx!();

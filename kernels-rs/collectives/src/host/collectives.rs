@@ -332,7 +332,8 @@ impl<'t> Communicator<'t> {
                 )?
             }
             ExchangeTransport::Direct => {
-                let cfg = LaunchConfig::new(t.blocks_for(vectors, t.threads, t.max_blocks), t.threads);
+                let cfg = LaunchConfig::new(t.blocks_for(vectors, t.threads, t.max_blocks), t.threads)
+                    .with_shared_bytes(t.staging_for(max_bytes));
                 let pad = &self.exchange_pad;
                 exchange::exchange_direct::launch(team, cfg, b.src, b.send_counts, b.dst, b.recv_counts, pad, plan)?
             }

@@ -373,6 +373,7 @@ impl<'t> Communicator<'t> {
     fn put_config(&self, bytes: usize) -> LaunchConfig {
         let t = &self.tuning;
         LaunchConfig::new(t.blocks_for(bytes.div_ceil(VECTOR_BYTES), t.put_threads, t.put_blocks), t.put_threads)
+            .with_shared_bytes(t.staging_for(bytes))
     }
 }
 

@@ -6,6 +6,7 @@ use ferrocomm::{Backend, Device, Team};
 
 use super::CommError;
 use crate::layout::{MAX_BLOCKS, MAX_WORLD, VECTOR_BYTES};
+use ferrocomm_device::bulk::{BULK_STAGES, bulk_staging_bytes};
 
 /// How the collectives size their grids and choose their algorithms. Every field may be changed before
 /// [`Communicator::with_tuning`](super::Communicator::with_tuning); the defaults come from
@@ -39,6 +40,13 @@ pub struct Tuning {
     pub ll_exchange_max_bytes: usize,
     /// Two-shot scratch per rank, in bytes: `world` slots; larger messages run in several segments.
     pub scratch_bytes: usize,
+    /// Bytes of each stage of the TMA staging ring a block of put, get and the direct exchange copies
+    /// through (four stages per block, in dynamic shared memory; a multiple of 16). 0 turns the TMA off:
+    /// every copy uses loads and stores. Off on GPUs older than sm_90, which have no TMA.
+    pub bulk_stage_bytes: usize,
+    /// Put and get messages, and direct-exchange messages per destination, of at least this many bytes
+    /// copy through the TMA; smaller ones with loads and stores.
+    pub bulk_min_bytes: usize,
 }
 
 /// Overrides of the defaults, `field=value` pairs separated by commas (`ll_threads=512,max_blocks=64`):
@@ -54,6 +62,13 @@ pub const TUNING_FILE_ENV: &str = "FERROCOMM_TUNING_FILE";
 /// in two segments (fewer flow-control round trips: 351 → 357 GB/s bus bandwidth measured).
 const GPU_SCRATCH_BYTES: usize = 128 << 20;
 
+/// TMA stages on GPUs: four of 16 KiB keep 64 KiB in flight per block.
+const GPU_BULK_STAGE_BYTES: usize = 16 << 10;
+/// Messages from which put, get and the direct exchange copy through the TMA on GPUs.
+const GPU_BULK_MIN_BYTES: usize = 1 << 20;
+/// The most dynamic shared memory a block of sm_90 may opt in to (227 KiB).
+const MAX_STAGING: usize = 227 << 10;
+
 impl Tuning {
     /// Defaults for `team`: on GPUs, blocks up to the SMs each rank may use (the SM count of its GPU divided
     /// by the ranks sharing it); on the emulator, two blocks of one warp and buffers of a few hundred bytes.
@@ -62,7 +77,13 @@ impl Tuning {
     pub fn for_team(team: &Team) -> Result<Tuning, CommError> {
         let mut tuning = match team.backend() {
             Backend::Emulator => Tuning::emulator(),
-            Backend::Cuda => Tuning::gpu(sms_per_rank(team)?, team.world()),
+            Backend::Cuda => {
+                let mut gpu = Tuning::gpu(sms_per_rank(team)?, team.world());
+                if oldest_compute_capability(team)? < 90 {
+                    gpu.bulk_stage_bytes = 0;
+                }
+                gpu
+            }
         };
         if let Some(path) = std::env::var_os(TUNING_FILE_ENV).filter(|p| !p.is_empty()) {
             tuning.apply_file(std::path::Path::new(&path))?;
@@ -101,6 +122,8 @@ impl Tuning {
                 "one_shot_max_bytes" => next.one_shot_max_bytes = value as usize,
                 "ll_exchange_max_bytes" => next.ll_exchange_max_bytes = value as usize,
                 "scratch_bytes" => next.scratch_bytes = value as usize,
+                "bulk_stage_bytes" => next.bulk_stage_bytes = value as usize,
+                "bulk_min_bytes" => next.bulk_min_bytes = value as usize,
                 _ => return Err(bad("no such field (see `Tuning`)")),
             }
         }
@@ -141,6 +164,8 @@ impl Tuning {
             one_shot_max_bytes: if world <= 2 { 4 << 20 } else { 1 << 20 },
             ll_exchange_max_bytes: 256 << 10,
             scratch_bytes: GPU_SCRATCH_BYTES,
+            bulk_stage_bytes: GPU_BULK_STAGE_BYTES,
+            bulk_min_bytes: GPU_BULK_MIN_BYTES,
         }
     }
 
@@ -159,6 +184,9 @@ impl Tuning {
             one_shot_max_bytes: 1024,
             ll_exchange_max_bytes: 256,
             scratch_bytes: 2048,
+            // The smallest stages, so the tests' few-hundred-byte copies cycle through the ring many times.
+            bulk_stage_bytes: 16,
+            bulk_min_bytes: 256,
         }
     }
 
@@ -186,6 +214,14 @@ impl Tuning {
         if world > MAX_WORLD {
             return Err(CommError::WorldTooLarge { world });
         }
+        if !self.bulk_stage_bytes.is_multiple_of(VECTOR_BYTES) || bulk_staging_bytes(self.bulk_stage_bytes) > MAX_STAGING {
+            return bad(format!(
+                "bulk_stage_bytes = {}; use 0 (no TMA) or a multiple of 16 whose four stages fit a block's shared \
+                 memory (at most {} bytes each)",
+                self.bulk_stage_bytes,
+                (MAX_STAGING - bulk_staging_bytes(0)) / BULK_STAGES
+            ));
+        }
         if self.scratch_bytes < world * VECTOR_BYTES {
             return bad(format!(
                 "scratch_bytes = {}; the two-shot needs at least one 16-byte vector per rank ({} bytes)",
@@ -200,6 +236,15 @@ impl Tuning {
     /// block: enough for `vectors_per_thread` each, at most `cap`.
     pub(crate) fn blocks_for(&self, vectors: usize, threads: u32, cap: u32) -> u32 {
         grid(vectors, threads, self.vectors_per_thread, cap)
+    }
+
+    /// The dynamic shared memory a copy of `bytes` bytes gives each block: a TMA staging ring when the
+    /// message is large enough and the TMA is on, else none.
+    pub(crate) fn staging_for(&self, bytes: usize) -> u32 {
+        if self.bulk_stage_bytes == 0 || bytes < self.bulk_min_bytes {
+            return 0;
+        }
+        bulk_staging_bytes(self.bulk_stage_bytes) as u32
     }
 
     /// [`Tuning::blocks_for`] for a latency kernel (`ll_vectors_per_thread`).
@@ -225,6 +270,17 @@ fn parse_size(text: &str) -> Option<u64> {
 fn grid(vectors: usize, threads: u32, per_thread: u32, cap: u32) -> u32 {
     let per_block = threads as usize * per_thread as usize;
     vectors.div_ceil(per_block).clamp(1, cap.max(1) as usize) as u32
+}
+
+/// The oldest compute capability among the team's GPUs.
+fn oldest_compute_capability(team: &Team) -> Result<u32, CommError> {
+    let mut oldest = u32::MAX;
+    for rank in 0..team.world() {
+        if let Device::Cuda { ordinal } = team.device(rank)? {
+            oldest = oldest.min(ferrocomm::system::gpu(ordinal)?.compute_capability);
+        }
+    }
+    Ok(oldest)
 }
 
 /// The multiprocessors each rank may fill with co-resident blocks: the fewest over the team's GPUs, each

@@ -13,7 +13,8 @@
 //!   the receiver copies its share out of the slot. One one-way trip at full NVLink efficiency, plus a
 //!   local copy. Same reuse argument as LL (the two share the one-shot pad's epoch).
 //! - `exchange_direct` (large messages): each rank says `ready` (its receive buffer may be written), senders
-//!   wait for it, store the message straight into the receiver's buffer with 16-byte stores and raise
+//!   wait for it, store the message straight into the receiver's buffer — through the TMA when the launch
+//!   gives each block a staging ring ([`BulkCopier`]), else with 16-byte stores — and raise
 //!   `done(block, src)` with release ordering, its low 32 bits carrying the row count.
 //!
 //! The staged and direct transports split every message into one share per block (`layout::share`), block `b`
@@ -94,14 +95,14 @@ impl Messages<'_> {
     }
 }
 
-/// The block's share of this rank's message to itself, copied locally.
+/// The block's share of this rank's message to itself, copied locally by `copier`.
 #[inline(always)]
-fn copy_to_self(messages: &Messages<'_>, dst: SymSliceMut<u8>, recv_counts: &mut [u32]) {
+fn copy_to_self(messages: &Messages<'_>, dst: SymSliceMut<u8>, recv_counts: &mut [u32], copier: &mut BulkCopier) {
     let rank = messages.rank;
     let (offset, len, header) = messages.outgoing(rank);
     let (at, _) = messages.incoming(rank, header);
     let (start, end) = share(len, grid_size() as usize, block_rank() as usize);
-    put(Group::Block, dst.local().slice(at + start, end - start), messages.bytes(offset, start, end));
+    copier.put(dst.local().slice(at + start, end - start), messages.bytes(offset, start, end));
     if messages.plan.mode == exchange_mode::ALL_TO_ALL && block_rank() == 0 && thread_rank() == 0 {
         recv_counts[rank] = header as u32;
     }
@@ -252,7 +253,7 @@ pub fn exchange_staged(
             ch.signal(one_shot_pad::pushed(parity, block, rank)).set_release(epoch_tag(epoch, header));
         }
     }
-    copy_to_self(&messages, dst, recv_counts);
+    copy_to_self(&messages, dst, recv_counts, &mut BulkCopier::new());
 
     if let Some(q) = peer_thread(rank, world) {
         session.local(one_shot_pad::pushed(parity, block, q as usize)).wait_ge(epoch_tag(epoch, 0));
@@ -292,6 +293,7 @@ pub fn exchange_direct(
     let (src, send_counts, recv_counts) = exchange_buffers(src, send_counts, recv_counts, dst, &plan, rank);
     let messages = Messages { plan, rank, src, send_counts };
     let peer = peer_thread(rank, world).map(|q| session.channel(q));
+    let mut copier = BulkCopier::new();
 
     // Tell each peer that this rank's receive buffer may be written; wait until the peer's may.
     if let Some(ch) = peer {
@@ -308,9 +310,9 @@ pub fn exchange_direct(
         let target = ch.remote(dst).slice(at + start, end - start);
         let signal = ch.signal(exchange_pad::done(block, rank));
         let value = SignalOp::Set(epoch << 32 | (header & 0xffff_ffff));
-        put_signal(Group::Block, target, messages.bytes(offset, start, end), signal, value);
+        copier.put_signal(target, messages.bytes(offset, start, end), signal, value);
     }
-    copy_to_self(&messages, dst, recv_counts);
+    copy_to_self(&messages, dst, recv_counts, &mut copier);
     if let Some(ch) = peer {
         let value = ch.inbox(exchange_pad::done(block, ch.peer() as usize)).wait_ge(epoch_tag(epoch, 0));
         if plan.mode == exchange_mode::ALL_TO_ALL && block == 0 {

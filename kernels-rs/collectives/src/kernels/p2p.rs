@@ -166,9 +166,10 @@ pub fn ping_pong_ll(
 }
 
 /// Put with signal: each active rank copies `src` into the start of its target's `dst`, block `b` moving
-/// share `b` (16-byte vectors, four in flight per thread) and then raising the target's `done(b)` signal
-/// with release ordering; the target waits for every block's signal. Before writing, a sender waits until
-/// its target has raised `ready` (the target's earlier stream work on `dst` is done).
+/// share `b` and then raising the target's `done(b)` signal with release ordering; the target waits for
+/// every block's signal. Before writing, a sender waits until its target has raised `ready` (the target's
+/// earlier stream work on `dst` is done). A block copies through the TMA when the launch gives it a staging
+/// ring ([`BulkCopier`]), else with 16-byte vectors, four in flight per thread.
 #[kernel(bytes(src, dst), requires(len(dst) >= len(src)))]
 pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
@@ -176,6 +177,7 @@ pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, 
     let epoch = session.epoch();
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let leader = thread_rank() == 0;
+    let mut copier = BulkCopier::new();
     if let Some(from) = route.from
         && block == 0
         && leader
@@ -190,8 +192,7 @@ pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, 
         let (start, end) = share(src.len(), blocks, block);
         let target = to.remote(dst).slice(start, end - start);
         let done = to.signal(p2p_pad::done(block));
-        // The library's put-with-signal (the kernel's own name shadows it here).
-        ferrocomm_device::put::put_signal(Group::Block, target, &src[start..end], done, SignalOp::Set(epoch));
+        copier.put_signal(target, &src[start..end], done, SignalOp::Set(epoch));
     }
     if route.from.is_some() && leader {
         session.local(p2p_pad::done(block)).wait_ge(epoch);
@@ -201,7 +202,8 @@ pub fn put_signal(src: &[u8], dst: SymSliceMut<u8>, pad: SignalPad, shift: u32, 
 /// Get: each active rank reads the start of its source rank's `src` into `dst`, block `b` moving share `b`
 /// once the source has raised `ready` (its earlier stream work on `src` is done); then block `b` raises the
 /// source's `done(b)`, and the source waits for every block before its launch ends (so later writes to
-/// `src` cannot race the reads).
+/// `src` cannot race the reads). Blocks copy through the TMA when the launch gives them a staging ring, as
+/// in [`put_signal`](fn@put_signal).
 #[kernel(bytes(dst, src), requires(len(src) >= len(dst)))]
 pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active: u32) {
     let route = route(shift, active);
@@ -209,6 +211,7 @@ pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active
     let epoch = session.epoch();
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let leader = thread_rank() == 0;
+    let mut copier = BulkCopier::new();
     if let Some(reader) = route.from
         && block == 0
         && leader
@@ -222,7 +225,7 @@ pub fn get(dst: &mut [u8], src: SymSlice<u8>, pad: SignalPad, shift: u32, active
         sync_threads();
         let (start, end) = share(dst.len(), blocks, block);
         let from = source.remote_input(src).slice(start, end - start);
-        ferrocomm_device::put::get(Group::Block, &mut dst[start..end], from);
+        copier.get(&mut dst[start..end], from);
         if leader {
             source.signal(p2p_pad::done(block)).set_release(epoch);
         }

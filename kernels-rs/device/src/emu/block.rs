@@ -95,6 +95,8 @@ pub(crate) struct Block {
     warps: Vec<Warp>,
     statics: Mutex<Vec<StaticShared>>,
     dynamic: SharedAlloc,
+    /// The mbarriers of the block's bulk copies (see `bulk`).
+    pub(crate) bulk_barriers: super::bulk::Barriers,
 }
 
 /// Locks, ignoring poisoning: the guarded state is kept consistent by this module, which never panics while
@@ -124,6 +126,7 @@ impl Block {
             warps,
             statics: Mutex::new(Vec::new()),
             dynamic: SharedAlloc::zeroed(dynamic_shared_bytes, SHARED_ALIGN),
+            bulk_barriers: Default::default(),
         }
     }
 

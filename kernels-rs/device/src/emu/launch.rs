@@ -141,6 +141,16 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
     state.launch.session.progressed();
     state.pauses.at_start();
     let result = panic::catch_unwind(AssertUnwindSafe(kernel));
+    let in_flight = state.bulk.borrow().in_flight();
+    if result.is_ok()
+        && let Some(loc) = in_flight
+    {
+        // On a GPU the store would go on reading shared memory that no longer exists.
+        let message = "bulk store still in flight when its thread ended: wait for it (`bulk_wait`) first".to_owned();
+        let site = PanicSite { file: loc.file().to_owned(), line: loc.line(), column: loc.column(), message };
+        error::record_panic(&site.file, site.line, site.column, &site.message);
+        state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
+    }
     if let Err(payload) = result
         && !payload.is::<KernelExit>()
     {
@@ -234,6 +244,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
                         weak: StoreBuffer::new(session_weak, seed, me, block_threads),
                         launch: launch_ref,
                         check,
+                        bulk: Default::default(),
                     });
                     debug_assert_eq!(linear(st.thread_idx, block), t);
                     run_thread(st, kernel);

@@ -34,6 +34,7 @@
 //! ```
 
 mod block;
+pub(crate) mod bulk;
 pub(crate) mod check;
 mod launch;
 pub mod schedule;

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::block::Block;
+use super::bulk::StoreGroups;
 use super::check::ThreadCheck;
 use super::launch::Launch;
 use super::schedule::Pauses;
@@ -36,6 +37,8 @@ pub(crate) struct ThreadState {
     pub(crate) pauses: Pauses,
     /// The thread's buffered stores, not yet visible to other threads (see `weak`).
     pub(crate) weak: StoreBuffer,
+    /// The thread's bulk store groups (see `bulk`).
+    pub(crate) bulk: RefCell<StoreGroups>,
 }
 
 impl ThreadState {

@@ -512,6 +512,12 @@ pub(crate) fn copy(
     track(accesses, bytes, (lane, lanes), loc);
 }
 
+/// A bulk copy (TMA) read or wrote these ranges just now, as issued at `loc`: tracked like a put by one
+/// thread. Its bytes move outside the store buffer, as the async proxy's do.
+pub(crate) fn bulk(accesses: &[(usize, Access)], bytes: usize, loc: &'static Location<'static>) {
+    track(accesses, bytes, (0, 1), loc);
+}
+
 /// The checker's part of [`copy`].
 fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usize), loc: &'static Location<'static>) {
     with(|checker, t, tc| {
