@@ -158,17 +158,18 @@ fn put_and_get_sizes() {
     check(verify::put_or_get::<u8>(&mut comm, GIB, GIB, Route::Pair { from: 0, to: world - 1 }, false, 3));
 }
 
-/// Put, get, all-gather and all-to-all with every copy of at least one stage through the TMA (small
-/// stages, no size threshold), at awkward sizes: heads, tails, a stage's worth, many trips round the ring.
+/// Put, get, all-gather, all-to-all and the two-shot with every copy of at least one stage through the TMA
+/// (small stages, no size threshold), at awkward sizes: heads, tails, a stage's worth, many trips round the
+/// ring.
 #[test]
 fn tma_copies_at_awkward_sizes() {
     let Some((_lock, team)) = gpu_team("tma_copies_at_awkward_sizes") else { return };
+    if system::gpu(0).map(|g| g.compute_capability).unwrap_or(0) < 90 {
+        eprintln!("skipped: tma_copies_at_awkward_sizes needs sm_90 GPUs (older ones have no TMA)");
+        return;
+    }
     for stage in [16usize, 1024, 16 << 10] {
         let mut tuning = ferrocomm_kernels::Tuning::for_team(&team).unwrap();
-        if tuning.bulk_stage_bytes == 0 {
-            eprintln!("skipped: tma_copies_at_awkward_sizes needs sm_90 GPUs (the TMA is off on these)");
-            return;
-        }
         (tuning.bulk_stage_bytes, tuning.bulk_min_bytes) = (stage, 0);
         let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
         let world = team.world();
@@ -177,6 +178,8 @@ fn tma_copies_at_awkward_sizes() {
             check(verify::put_or_get::<u8>(&mut comm, len, len + 5, route, false, i as u64));
             check(verify::put_or_get::<u8>(&mut comm, len + 3, len, route, true, i as u64));
             check(verify::all_gather::<bf16>(&mut comm, len, i as u64));
+            check(verify::all_reduce::<bf16>(&mut comm, len, Op::Sum, Some(Algorithm::TwoShot), 2, i as u64));
+            check(verify::reduce_scatter::<f32>(&mut comm, len, Op::Max, i as u64));
         }
         let counts: Vec<Vec<u32>> = (0..world).map(|r| (0..world).map(|q| (3 + r + 2 * q) as u32).collect()).collect();
         check(verify::all_to_all::<bf16>(&mut comm, &counts, 7168, 8, 5));

@@ -82,6 +82,10 @@ pub struct BenchArgs {
     /// gpu series (`gpu-sm16`) of the put and the collectives, beside the tuned `gpu` series [default: none].
     #[arg(long, value_delimiter = ',', value_name = "SMS", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub sm_budgets: Vec<u32>,
+    /// Also measure the put, all-gather and all-to-all with every large copy through the TMA (`gpu-tma`)
+    /// and with none (`gpu-lsu`), from which the report recommends `Tuning::bulk_min_bytes`.
+    #[arg(long)]
+    pub copy_paths: bool,
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
@@ -514,6 +518,11 @@ fn measure_all(
                 Mode::Proxy => runs.extend(args.queue_depths().into_iter().map(|d| (mode, variant.clone(), d))),
                 _ => runs.push((mode, variant, 0)),
             }
+        }
+        if mode == Mode::Gpu && args.copy_paths {
+            runs.extend(
+                crate::ferro::gpu_mode::COPY_PATHS.iter().map(|(_, label)| (mode, Some((*label).to_owned()), 0)),
+            );
         }
         if mode == Mode::Gpu {
             runs.extend(

@@ -1,6 +1,7 @@
 //! What to use at which size, from the measurements: per operation, the fastest series by size range
-//! (mode and, for the all-reduce, algorithm), and the all-reduce thresholds that make the library's
-//! `Communicator` pick the fastest of its algorithms at each size measured.
+//! (mode and, for the all-reduce, algorithm), the all-reduce thresholds that make the library's
+//! `Communicator` pick the fastest of its algorithms at each size measured, and the size from which its
+//! copies should go through the TMA.
 //!
 //! The report writes it as `tuning.txt`: comments say which mode and algorithm won where, and the lines
 //! that are not comments are `Tuning` overrides (`field=value`), which a communicator loads when
@@ -10,7 +11,7 @@ use std::fmt::Write as _;
 
 use ferrocomm_kernels::Algorithm;
 
-use crate::ferro::gpu_mode::{ALL_REDUCE_ALGORITHMS, algorithm_label};
+use crate::ferro::gpu_mode::{ALL_REDUCE_ALGORITHMS, CopyPath, algorithm_label, copy_path_label};
 use crate::model::{BenchData, Mode, Operation, Series};
 use crate::sizes::format_size;
 
@@ -100,9 +101,12 @@ pub fn thresholds(winners: &[(u64, Algorithm)]) -> Option<AllReduceThresholds> {
 /// series (anchors, `gpu-procs`, the forced-algorithm series and the SM-budget ones left out: the algorithms
 /// have their own thresholds, and a budget is the user's choice of SMs, not a mode).
 pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
-    use crate::ferro::gpu_mode::{label_algorithm, label_budget};
-    let forced =
-        |s: &Series| s.label.as_deref().is_some_and(|l| label_algorithm(l).is_some() || label_budget(l).is_some());
+    use crate::ferro::gpu_mode::{label_algorithm, label_budget, label_copy_path};
+    let forced = |s: &Series| {
+        s.label
+            .as_deref()
+            .is_some_and(|l| label_algorithm(l).is_some() || label_budget(l).is_some() || label_copy_path(l).is_some())
+    };
     crate::crossover::fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_procs() && !forced(s))
         .into_iter()
         .map(|(s, from, to)| {
@@ -115,13 +119,52 @@ pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
         .collect()
 }
 
+/// Where the put's copies should go through the TMA, from the `gpu-tma` and `gpu-lsu` series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkAdvice {
+    /// From this many bytes on the TMA is as fast as loads and stores (within the tie) at every size
+    /// measured: `bulk_min_bytes`.
+    From(u64),
+    /// Loads and stores were faster at the largest size: the TMA off (`bulk_stage_bytes=0`).
+    Off,
+}
+
+/// The put's medians of both copy paths at each size both measured, ascending: `(bytes, tma µs, lsu µs)`.
+fn copy_path_points(data: &BenchData) -> Vec<(u64, f64, f64)> {
+    let series =
+        |p: CopyPath| Series { mode: Mode::Gpu, label: Some(copy_path_label(p).to_owned()), queue_depth: None };
+    let (tma, lsu) = (series(CopyPath::Tma), series(CopyPath::Loads));
+    let lsu = data.points(Operation::PutBandwidth, &lsu);
+    let mut points: Vec<(u64, f64, f64)> = data
+        .points(Operation::PutBandwidth, &tma)
+        .iter()
+        .filter_map(|t| lsu.iter().find(|l| l.bytes == t.bytes).map(|l| (t.bytes, t.median_us, l.median_us)))
+        .collect();
+    points.sort_by_key(|p| p.0);
+    points
+}
+
+/// The smallest put size from which the TMA keeps up with loads and stores at every larger size measured
+/// (a tie counts for the TMA: it leaves the SMs' threads free), or `Off` when it loses at the largest;
+/// `None` without both series.
+pub fn bulk_advice(data: &BenchData) -> Option<BulkAdvice> {
+    let points = copy_path_points(data);
+    let keeps_up = |&(_, tma, lsu): &(u64, f64, f64)| tma <= lsu * crate::crossover::TIE;
+    if !keeps_up(points.last()?) {
+        return Some(BulkAdvice::Off);
+    }
+    let from = points.iter().rev().take_while(|p| keeps_up(p)).last().map_or(0, |p| p.0);
+    Some(BulkAdvice::From(from))
+}
+
 /// The text of `tuning.txt` for `data`; `None` when no operation had two series to compare.
 pub fn tuning_file(data: &BenchData) -> Option<String> {
     let ops: Vec<(Operation, Vec<String>)> =
         data.operations().into_iter().map(|op| (op, mode_ranges(data, op))).filter(|(_, r)| !r.is_empty()).collect();
     let winners = algorithm_winners(data);
     let limits = thresholds(&winners).filter(|_| covers_every_algorithm(data));
-    if ops.is_empty() && winners.is_empty() {
+    let bulk = bulk_advice(data);
+    if ops.is_empty() && winners.is_empty() && bulk.is_none() {
         return None;
     }
     let mut out = format!(
@@ -172,6 +215,21 @@ pub fn tuning_file(data: &BenchData) -> Option<String> {
         let _ = writeln!(out, "ll_all_reduce_max_bytes={}", t.ll_all_reduce_max_bytes);
         let _ = writeln!(out, "one_shot_max_bytes={}", t.one_shot_max_bytes);
     }
+    match bulk {
+        Some(BulkAdvice::From(bytes)) => {
+            let _ = writeln!(
+                out,
+                "# The put through the TMA keeps up with loads and stores from {} on (gpu-tma vs gpu-lsu):",
+                format_size(bytes)
+            );
+            let _ = writeln!(out, "bulk_min_bytes={bytes}");
+        }
+        Some(BulkAdvice::Off) => {
+            out += "# The put by loads and stores beat the TMA at the largest size (gpu-lsu vs gpu-tma): TMA off.\n";
+            out += "bulk_stage_bytes=0\n";
+        }
+        None => {}
+    }
     Some(out)
 }
 
@@ -191,5 +249,48 @@ mod tests {
         let t = thresholds(&[(8, Ll), (1024, Two), (4096, One)]).unwrap();
         assert_eq!((t.ll_all_reduce_max_bytes, t.one_shot_max_bytes), (8, 8));
         assert_eq!(thresholds(&[]), None);
+    }
+
+    fn put_point(label: &str, bytes: u64, us: f64) -> crate::model::Measurement {
+        crate::model::Measurement {
+            op: Operation::PutBandwidth,
+            mode: Mode::Gpu,
+            label: Some(label.to_owned()),
+            world: 2,
+            bytes,
+            dtype: crate::model::Dtype::U8,
+            iterations: 10,
+            trials: 3,
+            median_us: us,
+            min_us: us,
+            max_us: us,
+            algbw_gbps: 0.0,
+            busbw_gbps: 0.0,
+            host_cpu_us_per_op: None,
+            sms_used: None,
+            queue_depth: None,
+            graph: true,
+            intra_gpu: true,
+            isolated: None,
+            utilization: None,
+        }
+    }
+
+    #[test]
+    fn bulk_advice_starts_where_the_tma_keeps_up_to_the_top() {
+        let mut data = BenchData::default();
+        assert_eq!(bulk_advice(&data), None);
+        // TMA slower at 64 KiB, tied at 1 MiB, faster above; slower again nowhere.
+        for (bytes, tma, lsu) in [(64 << 10, 6.0, 5.0), (1 << 20, 10.1, 10.0), (16 << 20, 40.0, 50.0)] {
+            data.measurements.push(put_point("tma", bytes, tma));
+            data.measurements.push(put_point("lsu", bytes, lsu));
+        }
+        assert_eq!(bulk_advice(&data), Some(BulkAdvice::From(1 << 20)));
+        assert!(tuning_file(&data).unwrap().contains("bulk_min_bytes=1048576"));
+        // Loads and stores ahead at the largest size: off.
+        data.measurements.push(put_point("tma", 1 << 30, 700.0));
+        data.measurements.push(put_point("lsu", 1 << 30, 600.0));
+        assert_eq!(bulk_advice(&data), Some(BulkAdvice::Off));
+        assert!(tuning_file(&data).unwrap().contains("bulk_stage_bytes=0"));
     }
 }

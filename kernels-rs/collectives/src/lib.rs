@@ -38,6 +38,12 @@
 //! threads; the barrier one warp, ping-pong one thread (one warp for LL). `FERROCOMM_TUNING` overrides any
 //! of it.
 //!
+//! Copies: put, get, the direct exchange and the two-shot's push and all-gather copy messages (per
+//! destination) of at least `Tuning::bulk_min_bytes` (1 MiB) through the TMA on sm_90 GPUs: thread 0 of
+//! each block streams its share through a four-stage ring of 16 KiB stages in dynamic shared memory
+//! (`ferrocomm_device::bulk::BulkCopier`), the rest with 16-byte loads and stores. Between ranks that share
+//! a GPU the defaults leave the TMA off: loads and stores copy faster there.
+//!
 //! Memory ordering: data moves with weak 16-byte accesses; small messages are guarded by LL flags that
 //! travel in the same store, larger ones by release/acquire signals per block. Every signal and flag is
 //! derived from a signal pad's device-resident epoch, so back-to-back launches and CUDA-graph replays need

@@ -46,6 +46,7 @@ pub use crate::shared::dynamic_shared_window;
 use crate::signal::{Signal, SignalOp};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
 use crate::sync::sync_threads;
+use crate::vector::{Vectors, VectorsMut};
 use crate::{group::Group, index::thread_rank};
 
 /// Whether this build's PTX has the TMA instructions (sm_90 with PTX ISA 8.0); the emulator models them.
@@ -383,6 +384,19 @@ impl BulkCopier {
         let (to, from) = unsafe { (GlobalPtr::from_generic(dst.as_mut_ptr()), GlobalPtr::from_generic(src.as_ptr())) };
         if !self.copy(to, from, bytes) {
             crate::put::get(Group::Block, dst, src);
+        }
+    }
+
+    /// The block copies `src` into the start of `dst` (vector ranges of global memory: kernel arguments,
+    /// this rank's or a peer's copy of a symmetric buffer); when it returns the copy is complete.
+    #[inline(always)]
+    #[track_caller]
+    pub fn copy_vectors(&mut self, dst: VectorsMut, src: Vectors) {
+        assert!(src.len() <= dst.len(), "copied vectors outside the destination");
+        let dst = dst.sub(0, src.len());
+        if !self.copy(dst.base(), src.base(), src.len()) {
+            dst.copy_from(src, 0, (0, src.vectors()), Group::Block.position());
+            sync_threads();
         }
     }
 

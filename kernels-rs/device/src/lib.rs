@@ -85,8 +85,8 @@ pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 /// Everything a kernel body usually needs: `use ferrocomm_device::prelude::*;`.
 pub mod prelude {
     pub use crate::abi::LlPacket;
-    pub use crate::bulk::BulkCopier;
     pub use crate::atomic::{GpuAtomicU32, GpuAtomicU64, SysAtomicU32, SysAtomicU64};
+    pub use crate::bulk::BulkCopier;
     pub use crate::ctx::team;
     pub use crate::error::exit_thread;
     pub use crate::fence::{fence_acq_rel_cta, fence_acq_rel_gpu, fence_acq_rel_sys, fence_sc_gpu, fence_sc_sys};

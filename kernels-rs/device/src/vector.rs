@@ -151,6 +151,12 @@ impl VectorsMut {
         self.range
     }
 
+    /// The first byte's address (a bulk copy's destination).
+    #[inline(always)]
+    pub(crate) fn base(&self) -> GlobalPtr {
+        self.range.base
+    }
+
     /// Bytes in the range.
     #[inline(always)]
     pub fn len(&self) -> usize {

@@ -39,7 +39,8 @@ fn check_bulk(get_side: bool, len: usize, src_off: usize, dst_off: usize, stagin
         let next = (rank + 1) % WORLD;
         let (from, to) = if get_side { (next, rank) } else { (rank, next) };
         let (got, want) = (dst.copy(to), src.copy(from));
-        let case = format!("{} len {len} src+{src_off} dst+{dst_off} staging {staging}", if get_side { "get" } else { "put" });
+        let case =
+            format!("{} len {len} src+{src_off} dst+{dst_off} staging {staging}", if get_side { "get" } else { "put" });
         if let Some(i) = (0..len).find(|&i| got[i] != want[i]) {
             panic!("{case}: byte {i} is {:#x}, want {:#x}", got[i], want[i]);
         }

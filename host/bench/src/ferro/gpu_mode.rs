@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use ferrocomm::{SymBuffer, Team, TeamGraph};
 use ferrocomm_device::{bf16, f16};
-use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, PingProtocol, Reducible, Route};
+use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, PingProtocol, Reducible, Route, Tuning};
 
 use super::checks::{self, put_round_trip, unsupported_u8};
 use super::timed::{Pattern, Stamps};
@@ -49,6 +49,36 @@ pub enum Variant {
     /// `gpu-smN`: the put and the collectives with an SM budget of N blocks per rank
     /// (`Communicator::set_sm_budget`), where the `gpu` series uses the tuned grids.
     SmBudget(u32),
+    /// `gpu-tma`, `gpu-lsu`: the copies (put, all-gather, all-to-all) with every large copy through the
+    /// TMA, or none: the sweep that tunes `Tuning::bulk_min_bytes`.
+    Copy(CopyPath),
+}
+
+/// How a [`Variant::Copy`] series copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyPath {
+    /// Every copy of at least one stage through the TMA (`bulk_min_bytes = 0`).
+    Tma,
+    /// Every copy by loads and stores (`bulk_stage_bytes = 0`).
+    Loads,
+}
+
+/// The copy paths a sweep compares, and their series labels.
+pub const COPY_PATHS: [(CopyPath, &str); 2] = [(CopyPath::Tma, "tma"), (CopyPath::Loads, "lsu")];
+
+/// The copy path a series label names, if it names one.
+pub fn label_copy_path(label: &str) -> Option<CopyPath> {
+    COPY_PATHS.iter().find(|(_, l)| *l == label).map(|(p, _)| *p)
+}
+
+/// The series label of a copy path.
+pub fn copy_path_label(path: CopyPath) -> &'static str {
+    COPY_PATHS.iter().find(|(p, _)| *p == path).map_or("tma", |(_, l)| l)
+}
+
+/// Whether a copy-path series measures `op`: the operations whose large copies may go through the TMA.
+fn copies(op: Operation) -> bool {
+    matches!(op, Operation::PutBandwidth | Operation::AllGather | Operation::AllToAll)
 }
 
 /// The series label of an SM budget (`sm16`).
@@ -81,7 +111,7 @@ pub fn label_algorithm(label: &str) -> Option<Algorithm> {
 impl Variant {
     fn protocol(self) -> PingProtocol {
         match self {
-            Variant::Main | Variant::Procs | Variant::AllReduce(_) | Variant::SmBudget(_) => {
+            Variant::Main | Variant::Procs | Variant::AllReduce(_) | Variant::SmBudget(_) | Variant::Copy(_) => {
                 PingProtocol::ReleaseAcquire
             }
             Variant::Ll => PingProtocol::Ll,
@@ -96,6 +126,7 @@ impl Variant {
             Variant::Procs => Some(PROCS_LABEL.to_owned()),
             Variant::AllReduce(algorithm) => Some(algorithm_label(algorithm).to_owned()),
             Variant::SmBudget(sms) => Some(budget_label(sms)),
+            Variant::Copy(path) => Some(copy_path_label(path).to_owned()),
         }
     }
 
@@ -148,14 +179,30 @@ impl GpuBackend {
                         .into(),
                 });
             }
-            (Variant::Main | Variant::Ll | Variant::AllReduce(_) | Variant::SmBudget(_), true) => {
+            (Variant::Main | Variant::Ll | Variant::AllReduce(_) | Variant::SmBudget(_) | Variant::Copy(_), true) => {
                 let rank = team.local_ranks().first().copied().unwrap_or(0);
                 let what = format!("the gpu{} series", variant.label().map(|l| format!("-{l}")).unwrap_or_default());
                 return Err(BackendError::OneProcessOnly { mode: Mode::Gpu, what, rank, world: team.world() });
             }
             _ => {}
         }
-        let mut comm_ = Communicator::new(team).map_err(comm(Mode::Gpu))?;
+        let mut comm_ = match variant {
+            Variant::Copy(path) => {
+                let mut tuning = Tuning::for_team(team).map_err(comm(Mode::Gpu))?;
+                match path {
+                    // The TMA where the defaults leave it off (ranks sharing a GPU): its default stages.
+                    CopyPath::Tma if tuning.bulk_stage_bytes == 0 => {
+                        tuning.bulk_stage_bytes = Tuning::gpu(1, team.world()).bulk_stage_bytes;
+                        tuning.bulk_min_bytes = 0;
+                    }
+                    CopyPath::Tma => tuning.bulk_min_bytes = 0,
+                    CopyPath::Loads => tuning.bulk_stage_bytes = 0,
+                }
+                Communicator::with_tuning(team, tuning)
+            }
+            _ => Communicator::new(team),
+        }
+        .map_err(comm(Mode::Gpu))?;
         if let Variant::SmBudget(sms) = variant {
             comm_.set_sm_budget(Some(sms)).map_err(comm(Mode::Gpu))?;
         }
@@ -338,6 +385,7 @@ impl Backend for GpuBackend {
             Variant::Procs => op.is_collective(),
             Variant::AllReduce(_) => op == Operation::AllReduce,
             Variant::SmBudget(_) => op != Operation::PingPong,
+            Variant::Copy(_) => copies(op),
         }
     }
 
@@ -366,6 +414,11 @@ impl Backend for GpuBackend {
             (Variant::Procs, op) if op.is_collective() => Ok(()),
             (Variant::AllReduce(_), Operation::AllReduce) => Ok(()),
             (Variant::SmBudget(_), op) if op != Operation::PingPong => Ok(()),
+            (Variant::Copy(_), op) if copies(op) => Ok(()),
+            (Variant::Copy(path), _) => Err(format!(
+                "the gpu-{} series is the put, all-gather and all-to-all (the copies the TMA may take)",
+                copy_path_label(path)
+            )),
             (Variant::SmBudget(sms), _) => Err(format!(
                 "the gpu-{} series is the put and the collectives; ping-pongs use one block",
                 budget_label(sms)
@@ -469,6 +522,15 @@ impl Backend for GpuBackend {
                  (Communicator::set_sm_budget: every grid capped, the other SMs left to compute), timed as the gpu \
                  series.",
                 budget_label(sms)
+            )],
+            Variant::Copy(path) => vec![format!(
+                "gpu-{}: the put, all-gather and all-to-all with {}, timed as the gpu series; where the two \
+                 cross is where Tuning::bulk_min_bytes belongs (the recommended tuning below).",
+                copy_path_label(path),
+                match path {
+                    CopyPath::Tma => "every copy of at least one stage through the TMA (bulk_min_bytes=0)",
+                    CopyPath::Loads => "every copy by 16-byte loads and stores (bulk_stage_bytes=0)",
+                }
             )],
             Variant::AllReduce(algorithm) => vec![format!(
                 "gpu-{0}: the all-reduce forced to the {0} algorithm (Communicator::all_reduce_with) at every size it \

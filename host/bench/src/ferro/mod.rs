@@ -96,6 +96,10 @@ impl BackendOpener for FerroBackends {
                 let sms = gpu_mode::label_budget(label).unwrap_or(1);
                 Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::SmBudget(sms))?))
             }
+            (Mode::Gpu, Some(label)) if gpu_mode::label_copy_path(label).is_some() => {
+                let path = gpu_mode::label_copy_path(label).unwrap_or(gpu_mode::CopyPath::Tma);
+                Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Copy(path))?))
+            }
             (Mode::Gpu, Some(label)) if gpu_mode::label_algorithm(label).is_some() => {
                 let algorithm = gpu_mode::label_algorithm(label).unwrap_or(ferrocomm_kernels::Algorithm::TwoShot);
                 Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::AllReduce(algorithm))?))

@@ -182,7 +182,8 @@ impl<'t> Communicator<'t> {
         let t = &self.tuning;
         let threads = t.threads.min(self.team.max_threads_per_block(kernel)? / 32 * 32).max(32);
         let segment = (chunk * elem_bytes).div_ceil(VECTOR_BYTES).min(self.slot_vectors);
-        Ok(LaunchConfig::new(t.blocks_for(segment, threads, t.max_blocks), threads))
+        Ok(LaunchConfig::new(t.blocks_for(segment, threads, t.max_blocks), threads)
+            .with_shared_bytes(t.staging_for(chunk * elem_bytes)))
     }
 
     /// All-gather: every rank's `input` (`n` elements) lands in slot `r` (elements `r * n ..`) of every

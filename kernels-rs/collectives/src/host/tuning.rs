@@ -40,12 +40,12 @@ pub struct Tuning {
     pub ll_exchange_max_bytes: usize,
     /// Two-shot scratch per rank, in bytes: `world` slots; larger messages run in several segments.
     pub scratch_bytes: usize,
-    /// Bytes of each stage of the TMA staging ring a block of put, get and the direct exchange copies
-    /// through (four stages per block, in dynamic shared memory; a multiple of 16). 0 turns the TMA off:
+    /// Bytes of each stage of the TMA staging ring a block of put, get, the direct exchange and the
+    /// two-shot copies through (four stages per block, in dynamic shared memory; a multiple of 16). 0 turns the TMA off:
     /// every copy uses loads and stores. Off on GPUs older than sm_90, which have no TMA.
     pub bulk_stage_bytes: usize,
-    /// Put and get messages, and direct-exchange messages per destination, of at least this many bytes
-    /// copy through the TMA; smaller ones with loads and stores.
+    /// Put and get messages, direct-exchange messages per destination and two-shot chunks (a rank's share
+    /// of the message) of at least this many bytes copy through the TMA; smaller ones with loads and stores.
     pub bulk_min_bytes: usize,
 }
 
@@ -62,9 +62,11 @@ pub const TUNING_FILE_ENV: &str = "FERROCOMM_TUNING_FILE";
 /// in two segments (fewer flow-control round trips: 351 → 357 GB/s bus bandwidth measured).
 const GPU_SCRATCH_BYTES: usize = 128 << 20;
 
-/// TMA stages on GPUs: four of 16 KiB keep 64 KiB in flight per block.
+/// TMA stages on GPUs: four of 16 KiB keep 64 KiB in flight per block (on one H200, 32 and 48 KiB stages
+/// measured the same put bandwidth per SM).
 const GPU_BULK_STAGE_BYTES: usize = 16 << 10;
-/// Messages from which put, get and the direct exchange copy through the TMA on GPUs.
+/// Messages from which put, get and the direct exchange copy through the TMA between GPUs (not yet swept
+/// across NVLink: `ferrocomm bench --copy-paths` recommends the value).
 const GPU_BULK_MIN_BYTES: usize = 1 << 20;
 /// The most dynamic shared memory a block of sm_90 may opt in to (227 KiB).
 const MAX_STAGING: usize = 227 << 10;
@@ -79,7 +81,9 @@ impl Tuning {
             Backend::Emulator => Tuning::emulator(),
             Backend::Cuda => {
                 let mut gpu = Tuning::gpu(sms_per_rank(team)?, team.world());
-                if oldest_compute_capability(team)? < 90 {
+                // No TMA before sm_90. Between ranks sharing a GPU, loads and stores copy faster (one
+                // H200, two ranks: put 1 GiB on 16 SMs 708 GB/s against the TMA's 638).
+                if oldest_compute_capability(team)? < 90 || ranks_share_a_gpu(team)? {
                     gpu.bulk_stage_bytes = 0;
                 }
                 gpu
@@ -214,7 +218,9 @@ impl Tuning {
         if world > MAX_WORLD {
             return Err(CommError::WorldTooLarge { world });
         }
-        if !self.bulk_stage_bytes.is_multiple_of(VECTOR_BYTES) || bulk_staging_bytes(self.bulk_stage_bytes) > MAX_STAGING {
+        if !self.bulk_stage_bytes.is_multiple_of(VECTOR_BYTES)
+            || bulk_staging_bytes(self.bulk_stage_bytes) > MAX_STAGING
+        {
             return bad(format!(
                 "bulk_stage_bytes = {}; use 0 (no TMA) or a multiple of 16 whose four stages fit a block's shared \
                  memory (at most {} bytes each)",
@@ -270,6 +276,12 @@ fn parse_size(text: &str) -> Option<u64> {
 fn grid(vectors: usize, threads: u32, per_thread: u32, cap: u32) -> u32 {
     let per_block = threads as usize * per_thread as usize;
     vectors.div_ceil(per_block).clamp(1, cap.max(1) as usize) as u32
+}
+
+/// Whether two ranks of the team run on the same GPU.
+fn ranks_share_a_gpu(team: &Team) -> Result<bool, CommError> {
+    let devices: Vec<Device> = (0..team.world()).map(|r| team.device(r)).collect::<Result<_, _>>()?;
+    Ok(devices.iter().enumerate().any(|(i, d)| devices[..i].contains(d)))
 }
 
 /// The oldest compute capability among the team's GPUs.

@@ -11,6 +11,10 @@
 //!    all-reduce also straight into every peer's buffer (the all-gather). Then it raises `reduced(b, r)` on
 //!    every peer.
 //!
+//! When the launch gives each block a staging ring ([`BulkCopier`]), both copies — the push into the
+//! peers' scratch and the all-gather of the reduced share — go through the TMA: the reduce then stores its
+//! result locally only, and the block copies it to every peer.
+//!
 //! Segment `s + 1` is pushed only after the receiver raised `reduced` for segment `s` (it consumed the
 //! slot), and a launch ends only after every peer's `reduced` for the last segment (its results landed, and
 //! it is done with this rank's pushes, so the next launch may push at once). A peer writes results into
@@ -70,7 +74,7 @@ impl<T: Element> Launch<'_, T> {
 /// it into every peer for an all-reduce), raise `reduced`. Out of line so the segment loop's state and the
 /// segment's own registers are not live at once.
 #[inline(never)]
-fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
+fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize, copier: &mut BulkCopier) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let (block, blocks) = (block_rank() as usize, grid_size() as usize);
     let (t, threads) = Group::Block.position();
@@ -88,12 +92,22 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
         }
         sync_threads();
     }
+    let tma = copier.uses_tma();
     for ch in l.session.peers() {
         let from = l.input_chunk(ch.peer() as usize);
         // Slot `rank` of the peer's scratch, which it no longer reads (flow control above); vector `k` of the
         // chunk lands at `k - first`.
         let to = ch.remote(l.scratch).slice(rank * slot, slot).vectors();
-        to.copy_from(from, first, (lo, hi.min(from.vectors())), (t, threads));
+        let end = hi.min(from.vectors());
+        if tma {
+            // The same bytes as a whole range; `lo`, `end` are the block's, so every thread takes this path.
+            let (a, b) = (lo * VECTOR_BYTES, (end * VECTOR_BYTES).min(from.len()));
+            if b > a {
+                copier.copy_vectors(to.sub((lo - first) * VECTOR_BYTES, b - a), from.sub(a, b - a));
+            }
+        } else {
+            to.copy_from(from, first, (lo, end), (t, threads));
+        }
     }
     // The block's stores, then one release per peer that covers them.
     sync_threads();
@@ -116,7 +130,9 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
         |p, k| scratch.load(p * slot + k - first),
         |k, v| {
             l.result.store(k, v);
-            if let Some(data) = l.gather {
+            if let Some(data) = l.gather
+                && !tma
+            {
                 // The same chunk of every peer, which read this vector before raising `pushed`.
                 for ch in l.session.peers() {
                     ch.remote(data).vectors().sub(start, len).store(k, v);
@@ -124,6 +140,19 @@ fn segment<T: Element, O: ReduceOp>(l: &Launch<'_, T>, s: usize) {
             }
         },
     );
+    if let Some(data) = l.gather
+        && tma
+    {
+        // The block's reduced vectors, from this rank's result into the same chunk of every peer (which
+        // read them before raising `pushed`).
+        let (a, b) = (lo * VECTOR_BYTES, (hi.min(mine.vectors()) * VECTOR_BYTES).min(len));
+        if b > a {
+            for ch in l.session.peers() {
+                let to = ch.remote(data).vectors().sub(start, len).sub(a, b - a);
+                copier.copy_vectors(to, l.result.as_const().sub(a, b - a));
+            }
+        }
+    }
     sync_threads();
     if let Some(ch) = peer {
         ch.signal(two_shot_pad::reduced(block, rank)).set_release(tag(s));
@@ -154,8 +183,9 @@ fn two_shot<T: Element, O: ReduceOp>(
     let mut l = Launch { input, gather, scratch, session: &session, result: VectorsMut::empty(), plan };
     l.result = result(l.chunk(rank));
     let (_, segments) = l.segments();
+    let mut copier = BulkCopier::new();
     for s in 0..segments {
-        segment::<T, O>(&l, s);
+        segment::<T, O>(&l, s, &mut copier);
     }
     // Every peer's results have landed here, and every peer is done with this rank's pushes.
     if let Some(q) = peer_thread(rank, world)
