@@ -402,3 +402,17 @@ fn an_sm_budget_caps_the_grids_and_keeps_the_results() {
     assert_eq!(comm.tuning(), &tuned);
     run(&mut comm, 200);
 }
+
+/// One rank alone: its all-gather and all-to-all are copies to itself, through the TMA ring from one stage
+/// up (what `compute-sanitizer`, which runs one kernel at a time, checks on the GPU machine).
+#[test]
+fn one_rank_copies_to_itself_through_the_tma() {
+    let team = team(1);
+    let mut tuning = ferrocomm_kernels::Tuning::for_team(&team).unwrap();
+    tuning.bulk_min_bytes = 0;
+    let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
+    for (i, len) in [0usize, 1, 7, 8, 100, 1001].into_iter().enumerate() {
+        check(verify::all_gather::<bf16>(&mut comm, len, i as u64));
+        check(verify::all_to_all::<u16>(&mut comm, &[vec![3]], len, 4, i as u64));
+    }
+}

@@ -187,6 +187,22 @@ fn tma_copies_at_awkward_sizes() {
     }
 }
 
+/// One rank, every copy through the TMA: its all-gather and all-to-all copy to itself, so no kernel waits
+/// for another and `compute-sanitizer --tool memcheck` (which runs one kernel at a time) can check the
+/// bulk copies: `compute-sanitizer --tool memcheck gpu_collectives one_rank_tma`.
+#[test]
+fn one_rank_tma_copies_at_awkward_sizes() {
+    let Some((_lock, _)) = gpu_team("one_rank_tma_copies_at_awkward_sizes") else { return };
+    let team = Team::builder().backend(Backend::Cuda).world(1).timeout(Duration::from_secs(10)).build().unwrap();
+    let mut tuning = ferrocomm_kernels::Tuning::for_team(&team).unwrap();
+    (tuning.bulk_stage_bytes, tuning.bulk_min_bytes) = (1024, 0);
+    let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
+    for (i, len) in [1usize, 15, 16, 17, 4095, 65537, (4 << 20) + 3].into_iter().enumerate() {
+        check(verify::all_gather::<bf16>(&mut comm, len, i as u64));
+        check(verify::all_to_all::<bf16>(&mut comm, &[vec![5]], 1 + len % 7168, 6, i as u64));
+    }
+}
+
 #[test]
 fn ping_pong_both_protocols() {
     let Some((_lock, team)) = gpu_team("ping_pong_both_protocols") else { return };
