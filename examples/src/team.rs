@@ -94,3 +94,9 @@ impl fmt::Display for Platform {
         Ok(())
     }
 }
+
+/// The most ranks any one device of `team` runs (1 with one rank per GPU).
+pub fn ranks_per_gpu(team: &Team) -> usize {
+    let devices: Vec<_> = team.ranks().map(|r| r.device()).collect();
+    devices.iter().map(|d| devices.iter().filter(|e| *e == d).count()).max().unwrap_or(1)
+}

@@ -416,3 +416,35 @@ fn one_rank_copies_to_itself_through_the_tma() {
         check(verify::all_to_all::<u16>(&mut comm, &[vec![3]], len, 4, i as u64));
     }
 }
+
+#[test]
+fn tensor_parallel_gemv_shapes() {
+    use ferrocomm_kernels::TpShape;
+    for world in [2, 4] {
+        let team = team(world);
+        let mut comm = Communicator::new(&team).unwrap();
+        // One partial tile, a tile and a half, tokens on both sides of each unrolled count, odd shard rows.
+        for (i, (tokens, hidden, k)) in
+            [(1, 8, 4 * world), (1, 64, 24 * world), (3, 264, 13 * world), (5, 40, 7 * world), (16, 520, 9 * world)]
+                .into_iter()
+                .enumerate()
+        {
+            check(verify::tp_gemv(&mut comm, TpShape { tokens, hidden, k }, i as u64));
+        }
+    }
+}
+
+#[test]
+fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
+    use ferrocomm_kernels::{CommError, TpShape};
+    let team = team(2);
+    let comm = Communicator::new(&team).unwrap();
+    for shape in [
+        TpShape { tokens: 0, hidden: 64, k: 8 },
+        TpShape { tokens: 17, hidden: 64, k: 8 },
+        TpShape { tokens: 1, hidden: 60, k: 8 },
+        TpShape { tokens: 1, hidden: 64, k: 7 },
+    ] {
+        assert!(matches!(comm.tp_plan(shape), Err(CommError::BadShape { .. })), "{shape:?} was accepted");
+    }
+}

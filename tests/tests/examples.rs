@@ -108,6 +108,17 @@ fn moe_dispatch_and_combine() {
 }
 
 #[test]
+fn tensor_parallel_gemv_verified_and_timed() {
+    let team = emulated(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    for tokens in [1, 6] {
+        let shape = ferrocomm_kernels::TpShape { tokens, hidden: 264, k: 40 };
+        let r = ok(ferrocomm_examples::tp_decode::gemv(&mut comm, shape, GraphRuns::EMULATOR, 3));
+        assert!(r.line().contains("verified") && !r.on_gpus, "{}", r.line());
+    }
+}
+
+#[test]
 fn custom_kernel_through_its_typed_launchers() {
     for world in [2, 3] {
         let team = emulated(world);

@@ -213,7 +213,57 @@ macro_rules! plain_param {
         }
     )* };
 }
-plain_param!(ExchangePlan, TwoShotPlan);
+/// Output columns of one tile of the tensor-parallel GEMV: 32 lanes × 8 columns (one 16-byte vector of
+/// `bf16` weights per lane and row).
+pub const TP_TILE_COLS: usize = 256;
+/// Warps per block of the tensor-parallel GEMV; each takes every `TP_WARPS`-th row of its block's split.
+pub const TP_WARPS: usize = 4;
+/// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
+pub const TP_MAX_TOKENS: usize = 16;
+
+/// The by-value description of a tensor-parallel decode launch: `y[tokens, hidden] = x[tokens, k_local] ·
+/// w[k_local, hidden]` on each rank, the rows of `w` cut into `splits` ranges per tile of
+/// [`TP_TILE_COLS`] columns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TpPlan {
+    /// Tokens (rows of `x`), 1 ..= [`TP_MAX_TOKENS`].
+    pub tokens: u64,
+    /// Output columns, a multiple of 8.
+    pub hidden: u64,
+    /// This rank's rows of `w` (columns of `x`).
+    pub k_local: u64,
+    /// Column tiles: `hidden.div_ceil(TP_TILE_COLS)`.
+    pub tiles: u64,
+    /// Row ranges per tile; the grid is `tiles * splits` blocks.
+    pub splits: u64,
+}
+
+impl TpPlan {
+    /// The first `f32` of the partial sums of (`tile`, `split`) in a partials buffer: `[tile][split]
+    /// [token][TP_TILE_COLS]`.
+    #[inline(always)]
+    pub const fn partial(&self, tile: usize, split: usize) -> usize {
+        (tile * self.splits as usize + split) * self.tokens as usize * TP_TILE_COLS
+    }
+
+    /// `f32`s of a partials buffer.
+    pub const fn partials_len(&self) -> usize {
+        self.partial(self.tiles as usize, 0)
+    }
+
+    /// This split's rows: `start..end` of `k_local`.
+    #[inline(always)]
+    pub const fn rows(&self, split: usize) -> (usize, usize) {
+        let per = (self.k_local as usize).div_ceil(self.splits as usize);
+        let start = split * per;
+        let end = start + per;
+        let k = self.k_local as usize;
+        (if start < k { start } else { k }, if end < k { end } else { k })
+    }
+}
+
+plain_param!(ExchangePlan, TwoShotPlan, TpPlan);
 
 /// One put for the host proxy (`kernels::proxy`), the descriptor of its host queue: copy `bytes` from `src`
 /// (on `src_rank`'s GPU) to `dst` (on `dst_rank`'s GPU), then store `value` into the `u64` signal at

@@ -61,7 +61,7 @@ mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
     Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, TUNING_ENV,
-    TUNING_FILE_ENV, Tuning, reference, verify,
+    TUNING_FILE_ENV, TpShape, Tuning, reference, verify,
 };
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -37,11 +37,13 @@
 //! | [`group`] | `Group`: one thread, a warp or a block sharing a piece of work |
 //! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
 //! | [`bulk`] | TMA bulk copies (`cp.async.bulk`, mbarriers) and `BulkCopier`, a block's staged copy engine |
+//! | [`reduce`] | block-wide sums through dynamic shared memory (`sum_across_warps`) |
 //! | [`queue`] | host queues: a single-producer descriptor ring per rank in host-mapped memory (a proxy's) |
 //! | [`vector`] | 16-byte vector access to a range of global memory, tails and misalignment handled |
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |
 //! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
 //! | [`half`] | `bf16`, `f16` |
+//! | [`math`] | `rsqrt` (`rsqrt.approx.f32`) |
 //! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
 //! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
 //! | [`error`] | device error records, `exit_thread`, the panic handler |
@@ -59,10 +61,12 @@ pub mod group;
 pub mod half;
 pub mod index;
 pub mod ll;
+pub mod math;
 pub mod mem;
 pub mod param;
 pub mod put;
 pub mod queue;
+pub mod reduce;
 pub mod shared;
 pub mod signal;
 pub mod sym;

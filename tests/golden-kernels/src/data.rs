@@ -101,6 +101,12 @@ pub unsafe extern "ptx-kernel" fn golden_bf16_add(a: bf16, b: bf16, out: *mut bf
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_rsqrt(v: f32, out: *mut f32) {
+    // SAFETY: the launch passes a valid pointer.
+    unsafe { *out = ferrocomm_device::math::rsqrt(v) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_f16_add(a: f16, b: f16, out: *mut f16) {
     // SAFETY: the launch passes a valid pointer.
     unsafe { *out = a + b };

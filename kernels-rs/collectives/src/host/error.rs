@@ -48,6 +48,14 @@ pub enum CommError {
         /// How to get under the limit.
         fix: &'static str,
     },
+    /// A tensor-parallel decode shape the kernels cannot run.
+    #[error("tensor-parallel shape {shape}: {reason}")]
+    BadShape {
+        /// The shape asked for.
+        shape: String,
+        /// What is wrong and what is allowed.
+        reason: String,
+    },
     /// A tuning value the kernels cannot run with.
     #[error("invalid tuning: {reason}")]
     BadTuning {

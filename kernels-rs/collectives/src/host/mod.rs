@@ -8,6 +8,7 @@
 //! | `communicator` | [`Communicator`]: construction, barrier, ping-pong, put, get |
 //! | `collectives` | all-reduce, reduce-scatter, all-gather, broadcast, all-to-all |
 //! | `tuning` | [`Tuning`]: grids, thresholds, capacities |
+//! | `tp_decode` | [`TpShape`], the tensor-parallel decode step's plan and GEMV |
 //! | [`reference`] | CPU references |
 //! | [`verify`] | correctness scenarios against the references (tests, benchmark) |
 //! | `error` | [`CommError`] |
@@ -16,11 +17,13 @@ mod collectives;
 mod communicator;
 mod error;
 pub mod reference;
+mod tp_decode;
 mod tuning;
 pub mod verify;
 
 pub use communicator::{Communicator, PingPong, PingProtocol, Route};
 pub use error::CommError;
+pub use tp_decode::TpShape;
 pub use tuning::{TUNING_ENV, TUNING_FILE_ENV, Tuning};
 
 use ferrocomm_device::{bf16, f16};

@@ -6,6 +6,7 @@
 
 use super::Op;
 use crate::element::Element;
+use ferrocomm_device::bf16;
 
 /// The all-reduce result every rank holds: element-wise `op` over the ranks' inputs (all of one length).
 ///
@@ -112,4 +113,20 @@ mod tests {
         assert_eq!(got[0], Received { counts: vec![1, 0], rows: vec![vec![1, 1], vec![]] });
         assert_eq!(got[1], Received { counts: vec![2, 1], rows: vec![vec![2, 2, 3, 3], vec![7, 7]] });
     }
+}
+
+/// One rank's tensor-parallel product in `f32`: `x` (`tokens x k_local`) times `w` (`k_local x hidden`),
+/// as `tokens x hidden`, each sum in row order.
+pub fn tp_gemv(x: &[bf16], w: &[bf16], tokens: usize, hidden: usize) -> Vec<f32> {
+    let k_local = x.len() / tokens.max(1);
+    let mut y = vec![0.0f32; tokens * hidden];
+    for j in 0..tokens {
+        for k in 0..k_local {
+            let xj = x[j * k_local + k].to_f32();
+            for (h, out) in y[j * hidden..(j + 1) * hidden].iter_mut().enumerate() {
+                *out += xj * w[k * hidden + h].to_f32();
+            }
+        }
+    }
+    y
 }

@@ -355,3 +355,31 @@ mod tests {
         }
     }
 }
+
+/// The tensor-parallel GEMV of `shape`: each rank's partial tiles, summed over the splits on the host,
+/// against [`reference::tp_gemv`] of its shard. The inputs are multiples of 1/4 in [-2, 2], so every sum is
+/// exact in `f32` and the comparison is exact.
+pub fn tp_gemv(comm: &mut Communicator<'_>, shape: crate::TpShape, seed: u64) -> Result<(), VerifyError> {
+    use crate::layout::TP_TILE_COLS;
+    let plan = comm.tp_plan(shape)?;
+    let (team, tokens, hidden) = (comm.team(), shape.tokens, shape.hidden);
+    let k_local = plan.k_local as usize;
+    let mut x = SymBuffer::<bf16>::new(team, tokens * k_local)?;
+    let mut w = SymBuffer::<bf16>::new(team, k_local * hidden)?;
+    let mut partials = SymBuffer::<f32>::new(team, plan.partials_len())?;
+    let (xs, ws) = (fill(&mut x, seed)?, fill(&mut w, seed ^ 0x5EED)?);
+    comm.tp_gemv(&x, &w, &mut partials, plan)?.wait()?;
+    let what = format!("tensor-parallel GEMV {shape:?} ({} tiles x {} splits)", plan.tiles, plan.splits);
+    for rank in partials.local_ranks() {
+        let p = partials.to_host(rank)?;
+        let mut y = vec![0.0f32; tokens * hidden];
+        for (j, row) in y.chunks_mut(hidden).enumerate() {
+            for (c, out) in row.iter_mut().enumerate() {
+                let (tile, col) = (c / TP_TILE_COLS, c % TP_TILE_COLS);
+                *out = (0..plan.splits as usize).map(|s| p[plan.partial(tile, s) + j * TP_TILE_COLS + col]).sum();
+            }
+        }
+        compare(&what, rank, &reference::tp_gemv(&xs[rank], &ws[rank], tokens, hidden), &y)?;
+    }
+    Ok(())
+}

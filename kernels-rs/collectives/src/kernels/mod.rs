@@ -10,6 +10,7 @@
 //! | [`all_reduce_ll`] | `all_reduce_ll_{f32,f16,bf16}`: one-shot LL all-reduce for small messages |
 //! | [`one_shot`] | `one_shot_{f32,f16,bf16}`: one-shot push all-reduce for mid-size messages |
 //! | [`two_shot`] | `two_shot_{f32,f16,bf16}`: all-reduce for large messages, reduce-scatter |
+//! | [`tp_decode`] | `tp_gemv`: the tensor-parallel decode step's split-K product |
 //! | [`proxy`] | the device side of the host-proxy baseline (descriptor ring), and a device clock stamp |
 
 //!
@@ -23,6 +24,7 @@ pub mod exchange;
 pub mod one_shot;
 pub mod p2p;
 pub mod proxy;
+pub mod tp_decode;
 pub mod two_shot;
 
 use ferrocomm_device::prelude::*;
