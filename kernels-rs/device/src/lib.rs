@@ -44,6 +44,7 @@
 //! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
 //! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
 //! | [`error`] | device error records, `exit_thread`, the panic handler |
+//! | [`trace`] | trace events into a per-rank ring (the traced flavour on the GPU; the emulator when asked) |
 //! | [`abi`] | the `#[repr(C)]` layouts shared with the host runtime |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
@@ -66,6 +67,7 @@ pub mod signal;
 pub mod sym;
 pub mod sync;
 pub mod time;
+pub mod trace;
 pub mod vector;
 pub mod warp;
 

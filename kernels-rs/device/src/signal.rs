@@ -17,6 +17,7 @@ use crate::index::{block_rank, block_size, grid_size, thread_rank};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 use crate::sync::sync_threads;
 use crate::time::{globaltimer, nanosleep};
+use crate::trace;
 
 /// Polls before a wait starts to sleep between polls (see [`Signal::spin_wait_acquire`] for more).
 pub(crate) const SPIN_POLLS: u32 = 64;
@@ -120,6 +121,7 @@ impl Signal {
     #[inline(always)]
     pub fn set_release(self, v: u64) {
         self.atomic().store_release(v);
+        trace::signal(self.ptr as u64, v, false);
     }
 
     /// Sets the signal without ordering (`st.relaxed.sys.u64`): for flags whose data travels in the same
@@ -127,12 +129,14 @@ impl Signal {
     #[inline(always)]
     pub fn set_relaxed(self, v: u64) {
         self.atomic().store_relaxed(v);
+        trace::signal(self.ptr as u64, v, false);
     }
 
     /// Adds to the signal after this thread's earlier writes (`red.release.sys.global.add.u64`).
     #[inline(always)]
     pub fn add_release(self, v: u64) {
         self.atomic().add_release(v);
+        trace::signal(self.ptr as u64, v, true);
     }
 
     /// Raises the signal as `op` says, with release ordering.
@@ -196,7 +200,8 @@ impl Signal {
         let location = Location::caller();
         #[cfg(not(target_arch = "nvptx64"))]
         let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
-        poll_until(
+        trace::wait_begin(self.ptr as u64, expected, cmp);
+        let seen = poll_until(
             || {
                 let v = load(self);
                 if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
@@ -206,7 +211,9 @@ impl Signal {
             expected,
             cmp,
             location,
-        )
+        );
+        trace::wait_end(self.ptr as u64, seen, cmp);
+        seen
     }
 
     /// Waits until the signal equals `expected` (acquire).
@@ -432,6 +439,7 @@ impl Drop for Session {
             #[cfg(not(target_arch = "nvptx64"))]
             self.begun,
         );
+        trace::epoch(self.pad.raw.local as u64, self.epoch);
     }
 }
 
