@@ -117,7 +117,15 @@ fn a_known_kernel_traces_its_events_in_order(backend: Backend) {
             assert_eq!(
                 kinds,
                 [
-                    "mark", "put-begin", "barrier", "put-end", "signal", "wait-begin", "wait-end", "barrier", "barrier",
+                    "mark",
+                    "put-begin",
+                    "barrier",
+                    "put-end",
+                    "signal",
+                    "wait-begin",
+                    "wait-end",
+                    "barrier",
+                    "barrier",
                     "epoch"
                 ],
                 "rank {rank} block {block}"
@@ -131,7 +139,9 @@ fn a_known_kernel_traces_its_events_in_order(backend: Backend) {
             let signal = |owner| SignalRef::Pad { name: "ring".into(), owner, index: block as usize };
             assert_eq!(mine[4].what, TraceWhat::Signal { signal: signal(next), value: 1, add: true });
             assert_eq!(mine[5].what, TraceWhat::WaitBegin { signal: signal(rank), expected: 1, cmp: Cmp::Ge });
-            assert!(matches!(&mine[6].what, TraceWhat::WaitEnd { signal: s, observed } if *s == signal(rank) && *observed >= 1));
+            assert!(
+                matches!(&mine[6].what, TraceWhat::WaitEnd { signal: s, observed } if *s == signal(rank) && *observed >= 1)
+            );
             assert!(matches!(&mine[9].what, TraceWhat::Epoch { epoch: 1, .. }), "{:?}", mine[9]);
         }
     }
@@ -140,7 +150,9 @@ fn a_known_kernel_traces_its_events_in_order(backend: Backend) {
     team.write_trace(&path).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_file(&path);
-    for needle in ["\"traceEvents\"", "\"process_name\"", "\"thread_name\"", "\"ph\":\"X\"", "put 192 B → rank 1", "\"ring\""] {
+    for needle in
+        ["\"traceEvents\"", "\"process_name\"", "\"thread_name\"", "\"ph\":\"X\"", "put 192 B → rank 1", "\"ring\""]
+    {
         assert!(text.contains(needle), "`{needle}` missing from the trace");
     }
 }

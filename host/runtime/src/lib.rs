@@ -55,8 +55,8 @@ pub mod team;
 pub mod trace;
 
 pub use error::{
-    BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, LastRaised, Location, PendingWait, SignalRef,
-    WaitForReport,
+    BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, LastRaised, Location, PendingWait,
+    SignalRef, WaitForReport,
 };
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};

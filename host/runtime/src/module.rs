@@ -186,7 +186,8 @@ mod tests {
         assert!(matches!(WITH_SASS.image_for(75), Err(Error::NoPtxForArch { .. })));
     }
 
-    static TRACED: KernelModule = KernelModule::new("traced", &[(80, "ptx80"), (90, "ptx90")]).with_traced(&[(90, "t90")]);
+    static TRACED: KernelModule =
+        KernelModule::new("traced", &[(80, "ptx80"), (90, "ptx90")]).with_traced(&[(90, "t90")]);
 
     #[test]
     fn the_traced_flavour_is_ptx_for_the_newest_arch_the_device_runs() {

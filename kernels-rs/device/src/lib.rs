@@ -111,7 +111,8 @@ pub mod prelude {
 
 /// Embeds the kernels crate's PTX, on the host only: expands to
 /// `pub static PTX: &[(u32, &str)]` — (compute capability, PTX module) per architecture the crate's
-/// `build.rs` (`ferrocomm_builder::build_script()`) compiled.
+/// `build.rs` (`ferrocomm_builder::build_script()`) compiled — and `pub static TRACED_PTX` of the same
+/// form, the traced flavour (see [`trace`]).
 ///
 /// ```ignore
 /// ferrocomm_device::embed_ptx!();
@@ -122,5 +123,8 @@ macro_rules! embed_ptx {
         /// This crate's PTX: (compute capability, module text), one per architecture it was built for.
         #[cfg(not(target_arch = "nvptx64"))]
         pub static PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs"));
+        /// This crate's traced flavour (`--cfg ferrocomm_trace`): (compute capability, module text).
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub static TRACED_PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs"));
     };
 }

@@ -55,7 +55,8 @@ impl CudaTeam {
         let name = CString::new("ferrocomm_globaltimer").expect("no NUL");
         let measured = (|| -> Result<i64, Error> {
             // SAFETY: `module` is loaded in the current context.
-            let func = unsafe { result::module::get_function(module, name) }.map_err(cuda("cuModuleGetFunction", on))?;
+            let func =
+                unsafe { result::module::get_function(module, name) }.map_err(cuda("cuModuleGetFunction", on))?;
             // SAFETY: a plain allocation in the current context, freed below.
             let buf = unsafe { result::malloc_sync(8) }.map_err(cuda("cuMemAlloc", on))?;
             let mut best: Option<(u64, i64)> = None;

@@ -111,7 +111,8 @@ impl WaitForReport {
         let mut last_raised: Vec<LastRaised> = Vec::new();
         for e in launch {
             if let TraceWhat::Signal { signal, value, add } = &e.what {
-                let raised = LastRaised { rank: e.rank, block: e.block, signal: signal.clone(), value: *value, add: *add };
+                let raised =
+                    LastRaised { rank: e.rank, block: e.block, signal: signal.clone(), value: *value, add: *add };
                 match last_raised.iter_mut().find(|l| l.rank == e.rank && l.block == e.block) {
                     Some(l) => *l = raised,
                     None => last_raised.push(raised),
@@ -141,7 +142,9 @@ fn open_waits(launch: &[TraceEvent]) -> Vec<PendingWait> {
                 },
             )),
             TraceWhat::WaitEnd { .. } => {
-                if let Some(i) = open.iter().rposition(|(b, _)| (b.rank, b.block, b.thread) == (e.rank, e.block, e.thread)) {
+                if let Some(i) =
+                    open.iter().rposition(|(b, _)| (b.rank, b.block, b.thread) == (e.rank, e.block, e.thread))
+                {
                     open.remove(i);
                 }
             }
@@ -184,7 +187,11 @@ fn culprit(pending: &[PendingWait], history: &[TraceEvent], world: usize, traced
         );
         match waits_of(rank, block) {
             Some(next) if seen.contains(&(rank, block)) => {
-                sentences.push(format!("{never}; it is waiting on {} ({}): a cycle", short(&next.signal), next.holds()));
+                sentences.push(format!(
+                    "{never}; it is waiting on {} ({}): a cycle",
+                    short(&next.signal),
+                    next.holds()
+                ));
                 break;
             }
             Some(next) => {
@@ -213,7 +220,9 @@ fn untraced_suspects(pending: &[PendingWait], cur: &PendingWait, world: usize, t
     match idle.as_slice() {
         [] => format!("every rank is waiting, none raised what another waits for: {wait}{hint}"),
         [one] => format!("rank {one} never raised {}: it waits on nothing; {wait}{hint}", short(&cur.signal)),
-        many => format!("ranks {many:?} wait on nothing, one of them never raised {}; {wait}{hint}", short(&cur.signal)),
+        many => {
+            format!("ranks {many:?} wait on nothing, one of them never raised {}; {wait}{hint}", short(&cur.signal))
+        }
     }
 }
 

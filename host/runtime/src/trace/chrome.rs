@@ -51,7 +51,8 @@ pub(crate) fn to_json(team: &TeamShared, events: &[TraceEvent], lost: &[u64], of
                 if let Some(open) = puts.get_mut(&key).and_then(Vec::pop) {
                     let TraceWhat::PutBegin { bytes, peer } = &open.event.what else { continue };
                     let to = peer.map(|p| format!("rank {p}")).unwrap_or_else(|| "?".into());
-                    let mut v = slice(open.event, format!("put {bytes} B → {to}"), us(open.event.time_ns), us(e.time_ns));
+                    let mut v =
+                        slice(open.event, format!("put {bytes} B → {to}"), us(open.event.time_ns), us(e.time_ns));
                     v["args"]["kind"] = json!("put");
                     v["args"]["bytes"] = json!(bytes);
                     v["args"]["peer"] = json!(peer);

@@ -96,7 +96,9 @@ impl TraceConfig {
             .checked_mul(size_of::<RawEvent>())
             .and_then(|b| b.checked_add(TRACE_HEADER_BYTES))
             .map(|b| b.next_multiple_of(crate::memory::ALIGN))
-            .ok_or_else(|| Error::TeamConfig { reason: format!("a trace ring of {} events is too large", self.capacity) })
+            .ok_or_else(|| Error::TeamConfig {
+                reason: format!("a trace ring of {} events is too large", self.capacity),
+            })
     }
 }
 
