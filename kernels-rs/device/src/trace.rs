@@ -74,9 +74,11 @@ pub(crate) fn put_end(bytes: usize, dst: u64) {
     record(TraceKind::PutEnd, 0, bytes as u64, dst);
 }
 
-/// The signal at `addr` was set to (`add == false`) or increased by `value`.
+/// Raises the signal at `addr` (`raise`: its store or add), then records that it was set to (`add ==
+/// false`) or increased by `value`.
 #[inline(always)]
-pub(crate) fn signal(addr: u64, value: u64, add: bool) {
+pub(crate) fn raised(addr: u64, value: u64, add: bool, raise: impl FnOnce()) {
+    raise();
     record(TraceKind::Signal, add as u8, addr, value);
 }
 
@@ -86,10 +88,11 @@ pub(crate) fn wait_begin(addr: u64, expected: u64, cmp: Cmp) {
     record(TraceKind::WaitBegin, cmp as u8, addr, expected);
 }
 
-/// The wait ended, seeing `observed`.
+/// The wait ended, seeing `observed` (returned, for the wait's result).
 #[inline(always)]
-pub(crate) fn wait_end(addr: u64, observed: u64, cmp: Cmp) {
+pub(crate) fn waited(addr: u64, observed: u64, cmp: Cmp) -> u64 {
     record(TraceKind::WaitEnd, cmp as u8, addr, observed);
+    observed
 }
 
 /// The block passed a barrier (thread 0 records it).
