@@ -5,7 +5,9 @@
 //! Covered: a known kernel's trace holds its events in order, per rank and block, with the bytes, peers,
 //! signals and epochs they name; a ring too small for a launch counts what it lost; the trace file opens
 //! as Chrome trace JSON; a planted hang (one rank's block skips its signal) comes back with a wait-for
-//! report naming that rank, block and signal — with and without trace mode.
+//! report naming that rank, block and signal — with and without trace mode; the overhead of trace mode on
+//! the ping-pong and the 1 MiB all-reduce is measured and printed (`--nocapture` shows it; the targets are
+//! reported, not asserted: GPU timings vary from run to run).
 
 use std::time::Duration;
 
@@ -22,8 +24,9 @@ fn usable_gpus() -> usize {
     ferrocomm::system::driver().map(|d| d.gpu_count).unwrap_or(0)
 }
 
-/// A traced (or not) team on `backend`, or `None` (with a visible message) when it is CUDA and there is no GPU.
-fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<Team> {
+/// A traced (or not) team on `backend` and the directory it writes its trace into when dropped (declared
+/// first, so it outlives the team), or `None` (with a visible message) when it is CUDA and there is no GPU.
+fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<(tempfile::TempDir, Team)> {
     if backend == Backend::Cuda {
         let present = usable_gpus();
         if let Ok(v) = std::env::var(REQUIRE_ENV) {
@@ -35,10 +38,10 @@ fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<T
             return None;
         }
     }
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let b = Team::builder().backend(backend).world(2).timeout(TIMEOUT).trace(traced).trace_capacity(capacity);
-    // The tests write their traces themselves.
-    let b = b.trace_dir(std::env::temp_dir().join("ferrocomm-trace-tests"));
-    Some(b.build().unwrap_or_else(|e| panic!("{test}: building the team failed: {e}")))
+    let team = b.trace_dir(dir.path()).build().unwrap_or_else(|e| panic!("{test}: building the team failed: {e}"));
+    Some((dir, team))
 }
 
 /// One scenario, two tests: `on_the_emulator` and `on_gpus`.
@@ -62,6 +65,7 @@ everywhere!(a_known_kernel_traces_its_events_in_order);
 everywhere!(an_overflowing_ring_counts_what_it_lost);
 everywhere!(a_planted_hang_names_the_rank_block_and_signal);
 everywhere!(without_trace_mode_the_hang_report_names_the_rank);
+everywhere!(the_overhead_of_trace_mode_is_reported);
 
 struct Ring {
     src: SymBuffer<u32>,
@@ -102,7 +106,7 @@ fn kind(what: &TraceWhat) -> &'static str {
 }
 
 fn a_known_kernel_traces_its_events_in_order(backend: Backend) {
-    let Some(team) = team(backend, true, 1024, "a_known_kernel_traces_its_events_in_order") else { return };
+    let Some((_dir, team)) = team(backend, true, 1024, "a_known_kernel_traces_its_events_in_order") else { return };
     let mut ring = Ring::new(&team);
     ring.run(&team, NOTHING).unwrap();
     assert_eq!(ring.dst.to_host(1).unwrap(), vec![7; N * BLOCKS as usize]);
@@ -159,7 +163,7 @@ fn a_known_kernel_traces_its_events_in_order(backend: Backend) {
 
 fn an_overflowing_ring_counts_what_it_lost(backend: Backend) {
     const CAPACITY: usize = 16;
-    let Some(team) = team(backend, true, CAPACITY, "an_overflowing_ring_counts_what_it_lost") else { return };
+    let Some((_dir, team)) = team(backend, true, CAPACITY, "an_overflowing_ring_counts_what_it_lost") else { return };
     let (threads, marks) = (32u32, 4u32);
     for launch in 0..2u64 {
         trace_flood::launch(&team, LaunchConfig::new(1, threads), marks).unwrap().wait().unwrap();
@@ -175,7 +179,9 @@ fn an_overflowing_ring_counts_what_it_lost(backend: Backend) {
 }
 
 fn a_planted_hang_names_the_rank_block_and_signal(backend: Backend) {
-    let Some(team) = team(backend, true, 1024, "a_planted_hang_names_the_rank_block_and_signal") else { return };
+    let Some((_dir, team)) = team(backend, true, 1024, "a_planted_hang_names_the_rank_block_and_signal") else {
+        return;
+    };
     let mut ring = Ring::new(&team);
     // A clean launch first: the trace learns who raises each signal.
     ring.run(&team, NOTHING).unwrap();
@@ -198,7 +204,9 @@ fn a_planted_hang_names_the_rank_block_and_signal(backend: Backend) {
 }
 
 fn without_trace_mode_the_hang_report_names_the_rank(backend: Backend) {
-    let Some(team) = team(backend, false, 1024, "without_trace_mode_the_hang_report_names_the_rank") else { return };
+    let Some((_dir, team)) = team(backend, false, 1024, "without_trace_mode_the_hang_report_names_the_rank") else {
+        return;
+    };
     let mut ring = Ring::new(&team);
     let e = ring.run(&team, (1, 1)).unwrap_err();
     let Error::Device(errors) = &e else { panic!("expected device errors, got {e}") };
@@ -206,4 +214,19 @@ fn without_trace_mode_the_hang_report_names_the_rank(backend: Backend) {
     assert!(report.culprit.starts_with("rank 1 never raised rank 0's `ring`[1]"), "{}", report.culprit);
     assert!(report.culprit.contains("FERROCOMM_TRACE=1"), "it says how to name the block: {}", report.culprit);
     assert!(report.last_raised.is_empty() && team.trace_events().is_empty());
+}
+
+fn the_overhead_of_trace_mode_is_reported(backend: Backend) {
+    use ferrocomm_examples::trace_overhead::{OverheadPlan, trace_overhead};
+    let Some((dir, _)) = team(backend, false, 16, "the_overhead_of_trace_mode_is_reported") else { return };
+    let make = |traced: bool| {
+        let timeout = if backend == Backend::Cuda { Duration::from_secs(2) } else { Duration::from_secs(10) };
+        Team::builder().backend(backend).world(2).timeout(timeout).trace(traced).trace_dir(dir.path()).build()
+    };
+    let rows = trace_overhead(make, &OverheadPlan::for_backend(backend)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rows.len(), 3, "two ping-pongs and an all-reduce: {rows:?}");
+    for row in &rows {
+        eprintln!("trace mode overhead on {backend}: {}", row.line());
+        assert!(row.plain_us > 0.0 && row.traced_us > 0.0, "{row:?}");
+    }
 }

@@ -107,7 +107,7 @@ impl WaitForReport {
                 pending.push(open);
             }
         }
-        pending.sort_by(|a, b| (a.rank, a.block).cmp(&(b.rank, b.block)));
+        pending.sort_by_key(|p| (p.rank, p.block));
         let mut last_raised: Vec<LastRaised> = Vec::new();
         for e in launch {
             if let TraceWhat::Signal { signal, value, add } = &e.what {
