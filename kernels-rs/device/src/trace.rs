@@ -135,7 +135,10 @@ fn ring() -> *mut TraceRing {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        let errors = crate::ctx::error_buffer();
+        // Device-library calls outside an emulated launch (host-side unit tests of copies) trace nothing.
+        let Some(errors) = crate::emu::thread::try_current().map(|t| t.launch.ctx.errors) else {
+            return core::ptr::null_mut();
+        };
         if errors.is_null() {
             return core::ptr::null_mut();
         }

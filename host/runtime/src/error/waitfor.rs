@@ -74,12 +74,13 @@ impl PendingWait {
 
 impl WaitForReport {
     /// The report of a launch whose `errors` include timeouts (`None` otherwise): `launch` is its trace,
-    /// `history` every event the team collected (this launch's included), `world` the team's size.
+    /// `history` every event the team collected (this launch's included), `known` the ranks whose records
+    /// these are (every rank, or this process's in a team that spans processes) of the team's `world`.
     pub(crate) fn build(
         errors: &[DeviceError],
         launch: &[TraceEvent],
         history: &[TraceEvent],
-        world: usize,
+        (known, world): (&[usize], usize),
     ) -> Option<WaitForReport> {
         let mut pending: Vec<PendingWait> = errors
             .iter()
@@ -120,7 +121,7 @@ impl WaitForReport {
             }
         }
         last_raised.sort_by_key(|l| (l.rank, l.block));
-        let culprit = culprit(&pending, history, world, !history.is_empty() || !launch.is_empty());
+        let culprit = culprit(&pending, history, (known, world), !history.is_empty() || !launch.is_empty());
         Some(WaitForReport { pending, last_raised, culprit })
     }
 }
@@ -155,7 +156,7 @@ fn open_waits(launch: &[TraceEvent]) -> Vec<PendingWait> {
 }
 
 /// Follows the chain from the first pending wait to the block that should have raised its signal.
-fn culprit(pending: &[PendingWait], history: &[TraceEvent], world: usize, traced: bool) -> String {
+fn culprit(pending: &[PendingWait], history: &[TraceEvent], (known, world): (&[usize], usize), traced: bool) -> String {
     let raisers = |signal: &SignalRef| -> Vec<(usize, u32)> {
         let mut who: Vec<(usize, u32)> = history
             .iter()
@@ -175,7 +176,7 @@ fn culprit(pending: &[PendingWait], history: &[TraceEvent], world: usize, traced
     for _ in 0..pending.len() + 1 {
         let who = raisers(&cur.signal);
         let Some(&(rank, block)) = who.iter().find(|&&w| w != (cur.rank, cur.block)).or(who.first()) else {
-            sentences.push(untraced_suspects(pending, cur, world, traced));
+            sentences.push(untraced_suspects(pending, cur, (known, world), traced));
             break;
         };
         let never = format!(
@@ -208,9 +209,15 @@ fn culprit(pending: &[PendingWait], history: &[TraceEvent], world: usize, traced
     sentences.join("; in turn, ")
 }
 
-/// Without a raiser in the trace: the ranks that wait on nothing are the suspects.
-fn untraced_suspects(pending: &[PendingWait], cur: &PendingWait, world: usize, traced: bool) -> String {
-    let idle: Vec<usize> = (0..world).filter(|r| !pending.iter().any(|p| p.rank == *r)).collect();
+/// Without a raiser in the trace: the ranks that wait on nothing are the suspects (of the `known` ranks: in a
+/// team that spans processes, another process's ranks report their own waits).
+fn untraced_suspects(
+    pending: &[PendingWait],
+    cur: &PendingWait,
+    (known, world): (&[usize], usize),
+    traced: bool,
+) -> String {
+    let idle: Vec<usize> = known.iter().copied().filter(|r| !pending.iter().any(|p| p.rank == *r)).collect();
     let hint = if traced {
         " (no rank raised it in any traced launch)"
     } else {
@@ -218,6 +225,10 @@ fn untraced_suspects(pending: &[PendingWait], cur: &PendingWait, world: usize, t
     };
     let wait = format!("rank {} block {} waits on {} ({})", cur.rank, cur.block, short(&cur.signal), cur.holds());
     match idle.as_slice() {
+        [] if known.len() < world => format!(
+            "{wait}; every rank of this process is waiting, so the raiser runs in another process, whose error \
+             names its own waits{hint}"
+        ),
         [] => format!("every rank is waiting, none raised what another waits for: {wait}{hint}"),
         [one] => format!("rank {one} never raised {}: it waits on nothing; {wait}{hint}", short(&cur.signal)),
         many => {
@@ -247,5 +258,101 @@ impl fmt::Display for WaitForReport {
             write!(f, ". Last signal raised: {}", raised.join(", "))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Location;
+
+    fn pad(name: &str, owner: usize, index: usize) -> SignalRef {
+        SignalRef::Pad { name: name.into(), owner, index }
+    }
+
+    fn timeout(rank: usize, block: u32, signal: SignalRef, observed: u64, expected: u64) -> DeviceError {
+        DeviceError::Timeout {
+            rank,
+            block: [block, 0, 0],
+            thread: [0; 3],
+            signal,
+            expected,
+            observed,
+            cmp: Cmp::Ge,
+            location: Location::default(),
+        }
+    }
+
+    fn raise(rank: usize, block: u32, signal: SignalRef, launch: u64) -> TraceEvent {
+        TraceEvent {
+            rank,
+            launch,
+            block,
+            thread: 0,
+            smid: 0,
+            time_ns: 0,
+            what: TraceWhat::Signal { signal, value: 1, add: true },
+        }
+    }
+
+    #[test]
+    fn the_chain_of_waits_leads_to_the_block_that_skipped_its_raise() {
+        // Rank 0 block 3 waits for DATA[3], which rank 1 block 3 raises; rank 1 block 3 waits for READY[0],
+        // which rank 2 block 0 raises — and rank 2 block 0 waits on nothing: it skipped the raise.
+        let errors = [timeout(0, 3, pad("data", 0, 3), 4, 5), timeout(1, 3, pad("ready", 1, 0), 4, 5)];
+        let history = [raise(1, 3, pad("data", 0, 3), 0), raise(2, 0, pad("ready", 1, 0), 0)];
+        let r = WaitForReport::build(&errors, &[], &history, (&[0, 1, 2], 3)).unwrap();
+        assert_eq!(
+            r.culprit,
+            "rank 1 block 3 never raised rank 0's `data`[3] (rank 0 block 3 waits on it: holds 4, wants 5); it is \
+             waiting on rank 1's `ready`[0] (holds 4, wants 5); in turn, rank 2 block 0 never raised rank 1's \
+             `ready`[0] (rank 1 block 3 waits on it: holds 4, wants 5); it is waiting on nothing: it skipped the raise"
+        );
+        assert_eq!(r.pending.len(), 2);
+        assert!(r.to_string().starts_with("hang diagnosis: rank 1 block 3 never raised"), "{r}");
+    }
+
+    #[test]
+    fn waits_on_each_other_are_a_cycle() {
+        let errors = [timeout(0, 0, pad("a", 0, 0), 0, 1), timeout(1, 0, pad("b", 1, 0), 0, 1)];
+        let history = [raise(1, 0, pad("a", 0, 0), 0), raise(0, 0, pad("b", 1, 0), 0)];
+        let r = WaitForReport::build(&errors, &[], &history, (&[0, 1], 2)).unwrap();
+        assert!(r.culprit.ends_with("a cycle"), "{}", r.culprit);
+    }
+
+    #[test]
+    fn without_a_trace_the_rank_that_waits_on_nothing_is_named() {
+        let errors = [timeout(0, 1, pad("ring", 0, 1), 1, 2)];
+        let r = WaitForReport::build(&errors, &[], &[], (&[0, 1], 2)).unwrap();
+        assert!(r.culprit.starts_with("rank 1 never raised rank 0's `ring`[1]: it waits on nothing"), "{}", r.culprit);
+        assert!(r.culprit.contains("FERROCOMM_TRACE=1") && r.last_raised.is_empty(), "{}", r.culprit);
+        // In a team that spans processes, the other process's ranks are not suspects: their errors say.
+        let r = WaitForReport::build(&errors, &[], &[], (&[0], 2)).unwrap();
+        assert!(r.culprit.contains("the raiser runs in another process"), "{}", r.culprit);
+        // No timeout, no report.
+        assert_eq!(WaitForReport::build(&[], &[], &[], (&[0], 1)), None);
+    }
+
+    #[test]
+    fn the_trace_adds_waits_past_the_records_and_the_last_raises() {
+        let errors = [timeout(0, 0, pad("x", 0, 0), 0, 1)];
+        let begin = |rank, block| TraceEvent {
+            rank,
+            launch: 1,
+            block,
+            thread: 0,
+            smid: 0,
+            time_ns: 0,
+            what: TraceWhat::WaitBegin { signal: pad("x", rank, 0), expected: 1, cmp: Cmp::Ge },
+        };
+        let launch = [begin(0, 0), begin(0, 1), raise(1, 0, pad("y", 0, 0), 1), raise(1, 0, pad("z", 0, 0), 1)];
+        let r = WaitForReport::build(&errors, &launch, &launch, (&[0, 1], 2)).unwrap();
+        assert_eq!(
+            r.pending.iter().map(|p| (p.rank, p.block, p.observed)).collect::<Vec<_>>(),
+            [(0, 0, Some(0)), (0, 1, None)]
+        );
+        assert_eq!(r.last_raised.len(), 1);
+        assert_eq!(r.last_raised[0].signal, pad("z", 0, 0));
+        assert!(r.to_string().contains("Last signal raised: rank 1 block 0: rank 0's `z`[0] += 1"), "{r}");
     }
 }

@@ -343,7 +343,7 @@ impl TeamShared {
         }
         let Some(errors) = DeviceErrors::with_counts(all, lost, counts) else { return Ok(()) };
         let history = self.trace_history();
-        let report = crate::error::WaitForReport::build(errors.errors(), &traced, &history, self.world);
+        let report = crate::error::WaitForReport::build(errors.errors(), &traced, &history, (&self.local, self.world));
         let errors = errors.with_report(report);
         if let Err(e) = self.clear_abort_words() {
             tracing::error!("lowering the team's abort words after a failed launch: {e}");
