@@ -66,6 +66,7 @@ everywhere!(an_overflowing_ring_counts_what_it_lost);
 everywhere!(a_planted_hang_names_the_rank_block_and_signal);
 everywhere!(without_trace_mode_the_hang_report_names_the_rank);
 everywhere!(the_overhead_of_trace_mode_is_reported);
+everywhere!(graph_replays_are_traced_like_launches);
 
 struct Ring {
     src: SymBuffer<u32>,
@@ -228,5 +229,36 @@ fn the_overhead_of_trace_mode_is_reported(backend: Backend) {
     for row in &rows {
         eprintln!("trace mode overhead on {backend}: {}", row.line());
         assert!(row.plain_us > 0.0 && row.traced_us > 0.0, "{row:?}");
+    }
+}
+
+fn graph_replays_are_traced_like_launches(backend: Backend) {
+    let Some((_dir, team)) = team(backend, true, 1024, "graph_replays_are_traced_like_launches") else { return };
+    let mut ring = Ring::new(&team);
+    let graph = team
+        .capture(|team| {
+            ring.run(team, NOTHING)?;
+            ring.run(team, NOTHING)
+        })
+        .unwrap();
+    for _ in 0..2 {
+        graph.replay().unwrap().wait().unwrap();
+    }
+    let events = team.trace_events();
+    // Each replay is one collection of two launches: per rank and block, two epoch advances each.
+    for launch in 0..2u64 {
+        for rank in 0..2 {
+            for block in 0..BLOCKS {
+                let epochs: Vec<u64> = events
+                    .iter()
+                    .filter(|e| (e.launch, e.rank, e.block) == (launch, rank, block))
+                    .filter_map(|e| match e.what {
+                        TraceWhat::Epoch { epoch, .. } => Some(epoch),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(epochs, [2 * launch + 1, 2 * launch + 2], "replay {launch} rank {rank} block {block}");
+            }
+        }
     }
 }
