@@ -218,7 +218,9 @@ fn untraced_suspects(
     traced: bool,
 ) -> String {
     let idle: Vec<usize> = known.iter().copied().filter(|r| !pending.iter().any(|p| p.rank == *r)).collect();
-    let hint = if traced {
+    let hint = if known.len() < world {
+        " (the raises of other processes' ranks are in their own traces)"
+    } else if traced {
         " (no rank raised it in any traced launch)"
     } else {
         " (trace mode, FERROCOMM_TRACE=1, names the block that should raise it)"
