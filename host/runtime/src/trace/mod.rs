@@ -45,6 +45,9 @@ pub const TRACE_DIR_ENV: &str = "FERROCOMM_TRACE_DIR";
 pub const TRACE_EVENTS_ENV: &str = "FERROCOMM_TRACE_EVENTS";
 /// Events per rank per launch when nothing says otherwise (2.5 MiB of device memory per rank).
 pub const DEFAULT_TRACE_EVENTS: usize = 1 << 16;
+/// Events the host keeps for a team in all (a long traced run, such as a benchmark, would otherwise grow
+/// without bound); later events are counted as lost like those of a full ring.
+pub const HOST_TRACE_EVENTS: usize = 1 << 22;
 
 /// How a team traces.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +188,11 @@ impl TeamShared {
             );
         }
         log.collections += 1;
-        log.events.extend(fresh.iter().cloned());
+        let room = HOST_TRACE_EVENTS.saturating_sub(log.events.len());
+        for e in fresh.iter().skip(room) {
+            log.lost[e.rank] += 1;
+        }
+        log.events.extend(fresh.iter().take(room).cloned());
         Ok(fresh)
     }
 
@@ -248,7 +255,8 @@ impl Team {
     }
 
     /// Per rank: events its ring could not hold (raise `FERROCOMM_TRACE_EVENTS` or
-    /// [`TeamBuilder::trace_capacity`](crate::TeamBuilder::trace_capacity) to keep them).
+    /// [`TeamBuilder::trace_capacity`](crate::TeamBuilder::trace_capacity) to keep them), and events past the
+    /// [`HOST_TRACE_EVENTS`] the host keeps for a team.
     pub fn trace_lost(&self) -> Vec<u64> {
         match &self.shared.tracer {
             Some(t) => t.log.lock().unwrap_or_else(|p| p.into_inner()).lost.clone(),
