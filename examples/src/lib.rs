@@ -7,6 +7,7 @@
 //! cargo run --release --example allreduce -- --dtype bf16 --sizes 8K,64K,1M
 //! cargo run --release --example moe_alltoall -- --tokens 1,8,128
 //! cargo run --release --example tp_decode -- --tokens 1,4,16
+//! cargo run --release --example trace_overhead  # what trace mode costs (ping-pong, 1 MiB all-reduce)
 //! cargo run --release --example custom_kernel   # a kernels crate of one's own (examples/custom_kernel)
 //! cargo run --release -p ferrocomm-cli -- launch -n 4 --emulator -- target/release/examples/multiprocess
 //! ```
@@ -21,6 +22,7 @@
 //! | [`custom`] | the `custom-kernel` crate's kernels through their typed launchers |
 //! | [`multiprocess`] | every collective in a team of one process per rank, checked by each process |
 //! | [`tp_decode`] | the tensor-parallel decode step's GEMV: verified, timed, its HBM bandwidth |
+//! | [`trace_overhead`] | what trace mode costs: ping-pong and 1 MiB all-reduce, untraced vs traced |
 //! | [`timing`] | per-operation times from graph replays; sizes in bytes |
 //! | [`error`] | [`ExampleError`] and the comparison with the reference |
 
@@ -34,6 +36,7 @@ pub mod quickstart;
 pub mod team;
 pub mod timing;
 pub mod tp_decode;
+pub mod trace_overhead;
 
 pub use error::ExampleError;
 pub use quickstart::{Report, run_quickstart};

@@ -99,6 +99,10 @@ fn builds_a_kernels_crate_from_scratch_for_each_arch() {
 
     let include = fs::read_to_string(out.path().join(ferrocomm_builder::INCLUDE_FILE)).unwrap();
     assert!(include.contains("(80u32, include_str!(") && include.contains("(90u32, include_str!("), "{include}");
+    // The traced flavour: the newest architecture only, PTX only, embedded through its own include file.
+    assert_eq!(built.traced.iter().map(|m| (m.arch, m.cubin.is_some())).collect::<Vec<_>>(), [(Arch::SM_90, false)]);
+    let traced = fs::read_to_string(out.path().join(ferrocomm_builder::TRACE_INCLUDE_FILE)).unwrap();
+    assert!(traced.contains("(90u32, include_str!(") && !traced.contains("80u32"), "{traced}");
 }
 
 #[test]

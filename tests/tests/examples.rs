@@ -45,6 +45,32 @@ fn quickstart_runs_and_verifies_on_the_emulator() {
 }
 
 #[test]
+fn quickstart_in_trace_mode_writes_a_chrome_trace() {
+    // What `FERROCOMM_TRACE=1 cargo run --release --example quickstart` does on the emulator: the team
+    // traces, and dropping it writes the trace into the trace directory.
+    let dir = tempfile::tempdir().unwrap();
+    let team = Team::builder()
+        .backend(Backend::Emulator)
+        .world(2)
+        .timeout(Duration::from_secs(10))
+        .trace(true)
+        .trace_dir(dir.path())
+        .build()
+        .expect("team");
+    let plan = QuickstartPlan { bf16_elements: vec![33], f32_elements: vec![], ..QuickstartPlan::for_team(&team) };
+    ok(run_quickstart_with(&team, &plan));
+    drop(team);
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "one trace file: {files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("ferrocomm-trace-") && name.ends_with(".json"), "{name}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().expect("traceEvents");
+    assert!(events.iter().any(|e| e["ph"] == "X" && e["args"]["kind"] == "wait"), "waits are slices");
+    assert!(events.iter().any(|e| e["name"] == "process_name" && e["pid"] == 1), "one process per rank");
+}
+
+#[test]
 fn quickstart_on_three_ranks_and_refusing_one() {
     let team = emulated(3);
     let plan = QuickstartPlan { bf16_elements: vec![33, 700], f32_elements: vec![], ..QuickstartPlan::for_team(&team) };

@@ -124,6 +124,24 @@ fn launching_from_different_kernel_modules_fails_on_every_rank() {
     assert_all_fail(&outputs, &["disagree", "custom_kernel", "ferrocomm_runtime_kernels"]);
 }
 
+#[test]
+fn trace_mode_across_processes_writes_a_trace_per_process_and_reports_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_string_lossy().into_owned();
+    let outputs =
+        job("traced", 2, &[0, 1], |_| vec![("FERROCOMM_TRACE", "1".into()), ("FERROCOMM_TRACE_DIR", path.clone())]);
+    assert_all_ok(&outputs);
+    // Rank 0's wait timed out; its process knows only its own ranks' waits, so it points at the other one.
+    let report = outputs[0].stdout.lines().find_map(|l| l.split_once("report: ")).map(|(_, r)| r);
+    let report = report.unwrap_or_else(|| panic!("no report: {outputs:?}"));
+    assert!(
+        report.contains("rank 0 block 1 waits on rank 0's `ring`[1]") && report.contains("another process"),
+        "{report}"
+    );
+    let traces = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(traces, 2, "one trace per process");
+}
+
 /// One rank of a scenario, when this binary runs as a rank (else nothing: the test passes trivially).
 #[test]
 fn rank_process() {
@@ -176,6 +194,27 @@ fn play(scenario: &str) -> Result<(), Box<dyn std::error::Error>> {
             } else {
                 ferrocomm_runtime_kernels::host::stamp_rank(&team, cfg, &mut stamps)?.wait()?;
             }
+        }
+        "traced" => {
+            // A clean launch, then one in which rank 1's block 1 skips its signal: rank 0's block 1 times out.
+            use ferrocomm_device_kernels::trace::traced_ring;
+            let mut src = SymBuffer::<u32>::new(&team, 16)?;
+            src.fill(3)?;
+            let mut dst = SymBuffer::<u32>::new(&team, 32)?;
+            let mut pad = ferrocomm::SignalPadBuffer::new(&team, "ring", 2)?;
+            let cfg = ferrocomm::LaunchConfig::new(2, 32);
+            traced_ring::launch(&team, cfg, &src, &mut dst, &pad, u32::MAX, u32::MAX)?.wait()?;
+            let hang = traced_ring::launch(&team, cfg, &src, &mut dst, &pad, 1, 1)?.wait();
+            match (rank, hang) {
+                (0, Err(ferrocomm::Error::Device(errors))) => {
+                    println!("report: {}", errors.wait_for().map(|r| r.culprit.clone()).unwrap_or_default())
+                }
+                (0, other) => panic!("rank 0 should have timed out: {other:?}"),
+                (_, result) => result?,
+            }
+            // Both processes are still there while rank 0 reads its errors; the reset is collective.
+            pad.reset()?;
+            assert!(team.is_traced() && !team.trace_events().is_empty());
         }
         other => panic!("no scenario {other}"),
     }

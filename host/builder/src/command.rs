@@ -64,6 +64,9 @@ pub struct NestedBuild {
     pub arch: Arch,
     /// A rustup toolchain to select, where the outer build's own compiler is not the one to use.
     pub toolchain: Option<String>,
+    /// The traced flavour: every crate compiled with `--cfg ferrocomm_trace`, so the device library's
+    /// trace hooks record events (see `ferrocomm_device::trace`).
+    pub traced: bool,
 }
 
 impl NestedBuild {
@@ -101,6 +104,9 @@ impl NestedBuild {
         let mut flags = vec![format!("-Ctarget-cpu={}", self.arch)];
         if self.arch.compute_capability() >= 90 {
             flags.push("-Ctarget-feature=+ptx80".into());
+        }
+        if self.traced {
+            flags.extend(["--cfg".into(), TRACE_CFG.into()]);
         }
         flags
     }
@@ -140,9 +146,13 @@ impl NestedBuild {
     }
 }
 
-/// The directory name of one architecture's nested target directory under `root`.
-pub fn arch_target_dir(root: &Path, arch: Arch) -> PathBuf {
-    root.join(arch.to_string())
+/// The `cfg` of the traced flavour.
+pub const TRACE_CFG: &str = "ferrocomm_trace";
+
+/// The directory name of one architecture's nested target directory under `root` (`sm_90`, and
+/// `sm_90-trace` for the traced flavour, so the two never invalidate each other's cache).
+pub fn arch_target_dir(root: &Path, arch: Arch, traced: bool) -> PathBuf {
+    root.join(if traced { format!("{arch}-trace") } else { arch.to_string() })
 }
 
 #[cfg(test)]
@@ -156,6 +166,7 @@ mod tests {
             target_dir: "/t/sm_90".into(),
             arch: Arch::SM_90,
             toolchain: None,
+            traced: false,
         }
     }
 
@@ -226,6 +237,15 @@ mod tests {
             env.iter().all(|(k, _)| k == "CARGO_ENCODED_RUSTFLAGS" || !is_filtered(k.to_str().unwrap())),
             "{env:?}"
         );
+    }
+
+    #[test]
+    fn the_traced_flavour_adds_its_cfg_and_a_target_dir_of_its_own() {
+        let mut b = build();
+        b.traced = true;
+        assert_eq!(b.rustflags(), ["-Ctarget-cpu=sm_90", "-Ctarget-feature=+ptx80", "--cfg", "ferrocomm_trace"]);
+        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, true), Path::new("/t/sm_90-trace"));
+        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, false), Path::new("/t/sm_90"));
     }
 
     #[test]

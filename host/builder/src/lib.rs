@@ -16,6 +16,16 @@
 //! `cargo rustc --target nvptx64-nvidia-cuda -Zbuild-std=core --crate-type=staticlib -- --emit=asm`
 //! with fat LTO, in a target directory of its own, with the outer build's environment filtered. Every
 //! module is then assembled by `ptxas` when one is found (see [`ptxas`]).
+//!
+//! # The traced flavour
+//!
+//! Besides, the builder compiles a *traced* PTX module with `--cfg ferrocomm_trace`, in which the device
+//! library records trace events (`ferrocomm_device::trace`); the runtime loads it only for a team with
+//! tracing on, so the ordinary modules stay byte for byte what they were. To keep build time down it is
+//! made for one architecture — the newest one built, or those `FERROCOMM_TRACE_ARCHES` (or
+//! [`PtxBuilder::trace_arch`]) name; `none` makes none — and as PTX only: ptxas validates it but no SASS is
+//! embedded, so a traced team JIT-compiles it at first load (newer GPUs JIT any PTX forward). It is embedded
+//! through [`TRACE_INCLUDE_FILE`].
 #![forbid(unsafe_code)]
 
 mod arch;
@@ -43,6 +53,13 @@ pub const INCLUDE_FILE: &str = "ferrocomm_ptx.rs";
 /// expression, empty when no ptxas was found (the GPU then JIT-compiles the PTX at first load).
 pub const SASS_INCLUDE_FILE: &str = "ferrocomm_sass.rs";
 
+/// Chooses the architectures of the traced flavour: a comma-separated list, or `none`.
+pub const TRACE_ARCHES_ENV: &str = "FERROCOMM_TRACE_ARCHES";
+
+/// The file `ferrocomm::kernel_module!()` includes for the traced flavour: a `&[(compute capability, PTX)]`
+/// slice expression, empty when no traced module was built.
+pub const TRACE_INCLUDE_FILE: &str = "ferrocomm_ptx_trace.rs";
+
 /// Builds a kernels crate's PTX. See the crate documentation.
 #[derive(Debug, Clone)]
 #[must_use]
@@ -53,6 +70,8 @@ pub struct PtxBuilder {
     out_dir: Option<PathBuf>,
     toolchain: Option<String>,
     cargo_directives: bool,
+    /// `None`: the environment or the default decides; `Some(empty)`: no traced flavour.
+    trace_arches: Option<Vec<Arch>>,
 }
 
 /// One PTX module the build made.
@@ -79,6 +98,8 @@ pub struct PtxOutput {
     pub warnings: Vec<String>,
     /// The ptxas that validated every module; `None` when none was found (and none was required).
     pub validated_by: Option<PathBuf>,
+    /// The traced flavour's modules (PTX only, validated by ptxas when found; see the crate docs).
+    pub traced: Vec<PtxFile>,
 }
 
 impl PtxBuilder {
@@ -91,7 +112,25 @@ impl PtxBuilder {
             out_dir: None,
             toolchain: None,
             cargo_directives: false,
+            trace_arches: None,
         }
+    }
+
+    /// Adds an architecture to build the traced flavour for (default: the newest architecture built, or
+    /// `FERROCOMM_TRACE_ARCHES`).
+    pub fn trace_arch(mut self, arch: Arch) -> Self {
+        let arches = self.trace_arches.get_or_insert_with(Vec::new);
+        if !arches.contains(&arch) {
+            arches.push(arch);
+        }
+        self
+    }
+
+    /// Builds no traced flavour (teams with tracing on then refuse this crate's kernels with an error
+    /// that names the fix).
+    pub fn no_trace(mut self) -> Self {
+        self.trace_arches = Some(Vec::new());
+        self
     }
 
     /// Adds an architecture to build for. Without any, `FERROCOMM_PTX_ARCHES` or [`Arch::DEFAULT`] decide.
@@ -147,15 +186,25 @@ impl PtxBuilder {
         let mut warnings: Vec<String> = Vec::new();
         let mut sources = Vec::new();
         let mut krate = String::new();
-        for &arch in &arches {
+        let trace_arches = self.resolved_trace_arches(&arches)?;
+        let mut traced = Vec::new();
+        let flavours = arches.iter().map(|&a| (a, false)).chain(trace_arches.iter().map(|&a| (a, true)));
+        for (arch, is_traced) in flavours {
             let nested = NestedBuild {
                 cargo: cargo.clone(),
                 manifest: manifest.clone(),
-                target_dir: command::arch_target_dir(&target_root, arch),
+                target_dir: command::arch_target_dir(&target_root, arch, is_traced),
                 arch,
                 toolchain: self.toolchain.clone(),
+                traced: is_traced,
             };
             let built = run_nested(&nested)?;
+            if is_traced {
+                let dest = out_dir.join(format!("{}.{arch}.trace.ptx", built.krate));
+                fs::copy(&built.ptx, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+                traced.push(PtxFile { arch, path: dest, cubin: None });
+                continue;
+            }
             for w in built.warnings {
                 if !warnings.contains(&w) {
                     warnings.push(w);
@@ -169,9 +218,15 @@ impl PtxBuilder {
         }
 
         let validated_by = assemble_all(&mut modules)?;
-        let output = PtxOutput { krate, modules, sources, warnings, validated_by };
+        if let Some(ptxas) = &validated_by {
+            for m in &traced {
+                ptxas::validate(ptxas, &m.path, m.arch)?;
+            }
+        }
+        let output = PtxOutput { krate, modules, sources, warnings, validated_by, traced };
         output.write_include(&out_dir.join(INCLUDE_FILE))?;
         output.write_sass_include(&out_dir.join(SASS_INCLUDE_FILE))?;
+        output.write_trace_include(&out_dir.join(TRACE_INCLUDE_FILE))?;
         if self.cargo_directives {
             output.print_cargo_directives(&manifest);
         }
@@ -185,6 +240,19 @@ impl PtxBuilder {
         match env::var(ARCHES_ENV) {
             Ok(list) if !list.trim().is_empty() => Arch::parse_list(&list),
             _ => Ok(Arch::DEFAULT.to_vec()),
+        }
+    }
+
+    /// The traced flavour's architectures: the builder's, else `FERROCOMM_TRACE_ARCHES` (`none`: none), else
+    /// the newest of `arches`.
+    fn resolved_trace_arches(&self, arches: &[Arch]) -> Result<Vec<Arch>, BuildError> {
+        if let Some(chosen) = &self.trace_arches {
+            return Ok(chosen.clone());
+        }
+        match env::var(TRACE_ARCHES_ENV) {
+            Ok(list) if list.trim().eq_ignore_ascii_case("none") => Ok(Vec::new()),
+            Ok(list) if !list.trim().is_empty() => Arch::parse_list(&list),
+            _ => Ok(arches.iter().copied().max_by_key(|a| a.compute_capability()).into_iter().collect()),
         }
     }
 
@@ -253,17 +321,13 @@ pub fn check_rust_src(sysroot: &Path, toolchain: &str) -> Result<(), BuildError>
 impl PtxOutput {
     /// Writes the file a kernels crate `include!`s: a `&[(compute capability, PTX)]` slice expression.
     pub fn write_include(&self, path: &Path) -> Result<(), BuildError> {
-        let mut text =
-            String::from("// @generated by ferrocomm-builder: (compute capability, PTX) per architecture\n&[\n");
-        for m in &self.modules {
-            text.push_str(&format!(
-                "    ({}u32, include_str!({:?})),\n",
-                m.arch.compute_capability(),
-                m.path.display().to_string()
-            ));
-        }
-        text.push_str("]\n");
-        fs::write(path, text).map_err(BuildError::io("writing", path))
+        write_ptx_include(&self.modules, path)
+    }
+
+    /// Writes the file `ferrocomm::kernel_module!()` includes for the traced flavour: the same form as
+    /// [`PtxOutput::write_include`]'s, empty when no traced module was built.
+    pub fn write_trace_include(&self, path: &Path) -> Result<(), BuildError> {
+        write_ptx_include(&self.traced, path)
     }
 
     /// Writes the file `ferrocomm::kernel_module!()` includes for the SASS: a `&[(compute capability,
@@ -300,7 +364,7 @@ impl PtxOutput {
         for source in &self.sources {
             println!("cargo:rerun-if-changed={}", source.display());
         }
-        for var in [ARCHES_ENV, ptxas::PTXAS_ENV, ptxas::REQUIRE_PTXAS_ENV] {
+        for var in [ARCHES_ENV, TRACE_ARCHES_ENV, ptxas::PTXAS_ENV, ptxas::REQUIRE_PTXAS_ENV] {
             println!("cargo:rerun-if-env-changed={var}");
         }
         for warning in &self.warnings {
@@ -317,6 +381,20 @@ impl PtxOutput {
         // Seen with `cargo build -vv`; the build without ptxas says so above as a warning.
         println!("ferrocomm-builder: {} embeds {}", self.krate, self.embedded());
     }
+}
+
+/// Writes a `&[(compute capability, PTX)]` slice expression of `modules` to `path`.
+fn write_ptx_include(modules: &[PtxFile], path: &Path) -> Result<(), BuildError> {
+    let mut text = String::from("// @generated by ferrocomm-builder: (compute capability, PTX) per architecture\n&[\n");
+    for m in modules {
+        text.push_str(&format!(
+            "    ({}u32, include_str!({:?})),\n",
+            m.arch.compute_capability(),
+            m.path.display().to_string()
+        ));
+    }
+    text.push_str("]\n");
+    fs::write(path, text).map_err(BuildError::io("writing", path))
 }
 
 /// The entry points (`.entry NAME(`) a PTX module defines.
@@ -506,6 +584,7 @@ mod tests {
             sources: vec![],
             warnings: vec![],
             validated_by: None,
+            traced: vec![PtxFile { arch: Arch::SM_90, path: dir.path().join("k.sm_90.trace.ptx"), cubin: None }],
         };
         let inc = dir.path().join(INCLUDE_FILE);
         out.write_include(&inc).unwrap();
@@ -519,5 +598,9 @@ mod tests {
         assert!(text.contains("(90u32, include_bytes!(") && text.contains("k.sm_90.cubin"), "{text}");
         assert!(!text.contains("80u32"), "{text}");
         assert_eq!(out.embedded(), "SASS for sm_90 and PTX (newer GPUs JIT the PTX)");
+        let trace = dir.path().join(TRACE_INCLUDE_FILE);
+        out.write_trace_include(&trace).unwrap();
+        let text = fs::read_to_string(trace).unwrap();
+        assert!(text.contains("(90u32, include_str!(") && text.contains("k.sm_90.trace.ptx"), "{text}");
     }
 }

@@ -1,6 +1,8 @@
 //! The `ferrocomm` command's subcommands, as a library so they can be tested without spawning it.
 //!
 //! - [`doctor`]: what this machine offers ferrocomm (driver, GPUs, NVLink / P2P, PTX JIT, ptxas).
+//! - [`trace`]: `ferrocomm trace FILE [--svg OUT]` sums up a trace of trace mode (per-rank timeline, time
+//!   waiting vs moving data, bytes to each peer) and draws its timeline.
 //! - [`launch`]: `ferrocomm launch -n N [--emulator] -- PROGRAM ARGS...` starts N processes of a program on
 //!   this machine with the environment torchrun gives its workers (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
 //!   `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR`, `MASTER_PORT`), plus `FERROCOMM_RENDEZVOUS` (ferrocomm's
@@ -25,3 +27,4 @@
 
 pub mod doctor;
 pub mod launch;
+pub mod trace;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use ferrocomm_cli::{doctor, launch};
+use ferrocomm_cli::{doctor, launch, trace};
 
 /// ferrocomm: GPU-initiated communication kernels in Rust.
 #[derive(Debug, Parser)]
@@ -23,6 +23,9 @@ enum Command {
     Bench(Box<ferrocomm_bench::cli::BenchArgs>),
     /// Starts N processes of a program with torchrun's environment (RANK, WORLD_SIZE, ...), without torch.
     Launch(launch::LaunchArgs),
+    /// Sums up a trace of trace mode (FERROCOMM_TRACE=1): per-rank timeline, waiting vs moving data, bytes
+    /// to each peer; `--svg` draws the timeline.
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,5 +46,12 @@ fn main() -> ExitCode {
             }
         },
         Command::Launch(args) => ExitCode::from(launch::run(&args)),
+        Command::Trace(args) => match trace::run(&args, &mut std::io::stdout().lock()) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ferrocomm trace: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

@@ -114,6 +114,13 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
         0
     }
 
+    /// Per local rank: how many nanoseconds its device's `%globaltimer` runs ahead of the host clock of
+    /// trace mode (measured once, when a traced team is made), so every rank's events share one time axis.
+    /// The emulator's timer is the host's clock: zeros.
+    fn clock_offsets(&self) -> Result<Vec<i64>, Error> {
+        Ok(Vec::new())
+    }
+
     /// The backend's name in errors.
     fn name(&self) -> &'static str;
 }

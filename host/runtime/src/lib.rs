@@ -30,14 +30,16 @@
 //! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX and SASS, [`kernel_module!`] |
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
-//! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix |
+//! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix; the wait-for report of a hang |
+//! | [`trace`] | trace mode: device events collected after each launch, written as a Perfetto/Chrome trace |
 //! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
 //! | `cuda` (private) | the CUDA backend: contexts, streams, peer access, module loading, launches, graphs |
 //! | `emu` (private) | the emulator backend: one worker thread per rank playing its stream |
 //! | `process` (private) | teams that span processes: joining the job, symmetric memory and agreement checks across them |
 //!
 //! The environment: `FERROCOMM_BACKEND=cuda|emulator|auto`, `FERROCOMM_TIMEOUT_MS` (device wait timeout,
-//! default 2000), `FERROCOMM_WORLD` (number of ranks when the code does not say).
+//! default 2000), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace
+//! mode, see [`trace`]).
 
 mod cuda;
 mod emu;
@@ -50,11 +52,16 @@ pub mod module;
 mod process;
 pub mod system;
 pub mod team;
+pub mod trace;
 
-pub use error::{BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, Location, SignalRef};
+pub use error::{
+    BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, LastRaised, Location, PendingWait,
+    SignalRef, WaitForReport,
+};
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
 pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};
 pub use module::{KernelModule, ModuleImage};
 pub use system::Link;
 pub use team::{Backend, Device, RankRef, Team, TeamBuilder};
+pub use trace::{TraceConfig, TraceEvent, TraceWhat};

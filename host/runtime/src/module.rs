@@ -13,6 +13,8 @@ pub struct KernelModule {
     name: &'static str,
     ptx: &'static [(u32, &'static str)],
     sass: &'static [(u32, &'static [u8])],
+    /// The traced flavour (`--cfg ferrocomm_trace`): PTX only, usually for one architecture.
+    traced: &'static [(u32, &'static str)],
 }
 
 /// What a device loads of a [`KernelModule`].
@@ -52,7 +54,7 @@ impl ModuleImage {
 impl KernelModule {
     /// A module named `name` (the kernels crate) with `(compute capability, PTX)` pairs and no SASS.
     pub const fn new(name: &'static str, ptx: &'static [(u32, &'static str)]) -> KernelModule {
-        KernelModule { name, ptx, sass: &[] }
+        KernelModule { name, ptx, sass: &[], traced: &[] }
     }
 
     /// A module with `(compute capability, PTX)` pairs and the `(compute capability, cubin)` pairs ptxas
@@ -62,7 +64,33 @@ impl KernelModule {
         ptx: &'static [(u32, &'static str)],
         sass: &'static [(u32, &'static [u8])],
     ) -> KernelModule {
-        KernelModule { name, ptx, sass }
+        KernelModule { name, ptx, sass, traced: &[] }
+    }
+
+    /// This module with the traced flavour's `(compute capability, PTX)` pairs: what a team with tracing on
+    /// loads ([`KernelModule::traced_for`]).
+    pub const fn with_traced(mut self, traced: &'static [(u32, &'static str)]) -> KernelModule {
+        self.traced = traced;
+        self
+    }
+
+    /// The traced flavour's image for a device of compute capability `cc`: its PTX for the newest
+    /// architecture not newer than the device (JIT-compiled at load; the flavour has no SASS).
+    pub fn traced_for(&self, cc: u32) -> Result<ModuleImage, Error> {
+        let found = self.traced.iter().filter(|(arch, _)| *arch <= cc).max_by_key(|(arch, _)| *arch);
+        match found {
+            Some(&(cc, ptx)) => Ok(ModuleImage::Ptx { cc, ptx }),
+            None => Err(Error::NoTracedPtx {
+                module: self.name,
+                device_cc: cc,
+                available: self.traced.iter().map(|p| p.0).collect(),
+            }),
+        }
+    }
+
+    /// The compute capabilities the traced flavour was built for.
+    pub fn traced_arches(&self) -> Vec<u32> {
+        self.traced.iter().map(|t| t.0).collect()
     }
 
     /// The compute capabilities the module has SASS for.
@@ -117,14 +145,15 @@ impl KernelModule {
 #[macro_export]
 macro_rules! kernel_module {
     () => {
-        /// The PTX of this kernels crate, one module per architecture, and its SASS where ptxas made it,
-        /// embedded at build time.
+        /// The PTX of this kernels crate, one module per architecture, its SASS where ptxas made it, and
+        /// its traced flavour, embedded at build time.
         #[doc(hidden)]
         pub static __FERROCOMM_MODULE: ::ferrocomm::KernelModule = ::ferrocomm::KernelModule::with_sass(
             env!("CARGO_CRATE_NAME"),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs")),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_sass.rs")),
-        );
+        )
+        .with_traced(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs")));
     };
 }
 
@@ -155,6 +184,18 @@ mod tests {
         assert_eq!(TWO.image_for(90).unwrap(), ModuleImage::Ptx { cc: 90, ptx: "ptx90" });
         assert_eq!(WITH_SASS.sass_arches(), [80, 90]);
         assert!(matches!(WITH_SASS.image_for(75), Err(Error::NoPtxForArch { .. })));
+    }
+
+    static TRACED: KernelModule =
+        KernelModule::new("traced", &[(80, "ptx80"), (90, "ptx90")]).with_traced(&[(90, "t90")]);
+
+    #[test]
+    fn the_traced_flavour_is_ptx_for_the_newest_arch_the_device_runs() {
+        assert_eq!(TRACED.traced_for(90).unwrap(), ModuleImage::Ptx { cc: 90, ptx: "t90" });
+        assert_eq!(TRACED.traced_for(100).unwrap(), ModuleImage::Ptx { cc: 90, ptx: "t90" });
+        let msg = TRACED.traced_for(80).unwrap_err().to_string();
+        assert!(msg.contains("FERROCOMM_TRACE_ARCHES") && msg.contains("sm_80"), "{msg}");
+        assert!(TWO.traced_for(90).is_err() && TRACED.traced_arches() == [90]);
     }
 
     #[test]

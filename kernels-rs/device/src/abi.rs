@@ -321,6 +321,11 @@ pub struct ErrorBuffer {
     pub abort_peers: u64,
     /// The records.
     pub records: [ErrorRecord; ERROR_CAPACITY],
+    /// Address of this rank's [`TraceRing`] for the emulator (0: not tracing). Written by the host, kept
+    /// across launches. A traced GPU module finds its ring in the module global [`TRACE_RING_SYMBOL`]
+    /// instead (device memory: no read of this pinned host buffer on the hot path); untraced GPU code never
+    /// reads it, so appending it changed no PTX.
+    pub trace_ring: u64,
 }
 
 impl ErrorBuffer {
@@ -332,12 +337,18 @@ impl ErrorBuffer {
         abort_local: 0,
         abort_peers: 0,
         records: [ErrorRecord::EMPTY; ERROR_CAPACITY],
+        trace_ring: 0,
     };
 
     /// The buffer with its records and counts cleared and its abort-word addresses kept: what the host
     /// writes back after reading it.
     pub fn cleared(&self) -> ErrorBuffer {
-        ErrorBuffer { abort_local: self.abort_local, abort_peers: self.abort_peers, ..ErrorBuffer::ZEROED }
+        ErrorBuffer {
+            abort_local: self.abort_local,
+            abort_peers: self.abort_peers,
+            trace_ring: self.trace_ring,
+            ..ErrorBuffer::ZEROED
+        }
     }
 
     /// The records that were completely written, in claim order (read after the kernel finished).
@@ -346,6 +357,108 @@ impl ErrorBuffer {
         (0..n).filter(|&i| self.written[i] != 0).map(|i| &self.records[i])
     }
 }
+
+/// The module global, present only in a traced module (built with `--cfg ferrocomm_trace`), that holds
+/// the device address of the rank's [`TraceRing`] (0: not recording). Written by the host at module load.
+pub const TRACE_RING_SYMBOL: &str = "FERROCOMM_TRACE_RING";
+
+/// What a [`TraceEvent`] records; its `a`, `b` and `aux` fields as the table says.
+///
+/// | kind | `a` | `b` | `aux` |
+/// | --- | --- | --- | --- |
+/// | `PutBegin`, `PutEnd` | bytes (0 at a non-blocking put's end) | destination address (0 likewise) | — |
+/// | `Signal` | the signal's address | the value stored or added | 0 set, 1 add |
+/// | `WaitBegin` | the signal's address | the value waited for | [`Cmp`] |
+/// | `WaitEnd` | the signal's address | the value that ended the wait | [`Cmp`] |
+/// | `Barrier` | — | — | — |
+/// | `Epoch` | the pad's base address on this rank | the epoch that ended | — |
+/// | `Mark` | name bytes 0..8 (little-endian) | name bytes 8..16 | — |
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceKind {
+    /// A group began a put (recorded by its leader).
+    PutBegin = 1,
+    /// The put's group finished it.
+    PutEnd = 2,
+    /// A signal was raised (set or added, release or relaxed).
+    Signal = 3,
+    /// A wait on a signal began.
+    WaitBegin = 4,
+    /// The wait saw its value.
+    WaitEnd = 5,
+    /// The block passed a barrier (recorded by its thread 0).
+    Barrier = 6,
+    /// A signal pad's session ended: the pad's epoch advanced (recorded by thread 0).
+    Epoch = 7,
+    /// A user mark (`trace::mark("phase")`).
+    Mark = 8,
+}
+
+impl TraceKind {
+    /// Decodes the `kind` field of a [`TraceEvent`].
+    pub fn from_u8(v: u8) -> Option<TraceKind> {
+        Some(match v {
+            1 => TraceKind::PutBegin,
+            2 => TraceKind::PutEnd,
+            3 => TraceKind::Signal,
+            4 => TraceKind::WaitBegin,
+            5 => TraceKind::WaitEnd,
+            6 => TraceKind::Barrier,
+            7 => TraceKind::Epoch,
+            8 => TraceKind::Mark,
+            _ => return None,
+        })
+    }
+}
+
+/// One traced event, as the device writes it into its rank's ring.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEvent {
+    /// `%globaltimer` when it happened (ns; the emulator's host clock).
+    pub time: u64,
+    /// A [`TraceKind`] as `u8`.
+    pub kind: u8,
+    /// See [`TraceKind`].
+    pub aux: u8,
+    /// `%smid` of the recording thread (the emulator: the linear block index).
+    pub smid: u16,
+    /// The recording thread's linear block index in the grid.
+    pub block: u32,
+    /// The recording thread's linear index in its block.
+    pub thread: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// See [`TraceKind`].
+    pub a: u64,
+    /// See [`TraceKind`].
+    pub b: u64,
+}
+
+impl TraceEvent {
+    /// An event of kind 0 (none): what an unwritten slot holds.
+    pub const EMPTY: TraceEvent =
+        TraceEvent { time: 0, kind: 0, aux: 0, smid: 0, block: 0, thread: 0, reserved: 0, a: 0, b: 0 };
+}
+
+/// A rank's trace ring: this header, then `capacity` [`TraceEvent`]s from byte [`TRACE_HEADER_BYTES`].
+///
+/// A recording thread claims slot `claimed` with an atomic add and writes its event there when the slot
+/// is below `capacity`; past it the event is dropped but still claimed, so `claimed - capacity` events were
+/// lost — counted, never lost silently. The ring keeps the first events of a launch rather than the last:
+/// two threads can never write one slot (no torn events), and the host reads it only after the launch, then
+/// sets `claimed` back to 0.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct TraceRing {
+    /// Events the ring holds.
+    pub capacity: u64,
+    /// Slots claimed since the host last emptied it (may exceed `capacity`).
+    pub claimed: u64,
+}
+
+/// Bytes before the first event of a [`TraceRing`].
+pub const TRACE_HEADER_BYTES: usize = 64;
 
 /// Slots of bookkeeping at the end of every signal pad's allocation, after its signals: one launch epoch
 /// per block, so a kernel ends its epoch with posted adds — no load, no fence, no block waiting for another
@@ -425,3 +538,5 @@ const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 296 && core::mem::a
 const _: () = assert!(core::mem::offset_of!(ErrorRecord, message_len) == 168);
 const _: () = assert!(core::mem::offset_of!(ErrorBuffer, abort_local) == 72);
 const _: () = assert!(core::mem::offset_of!(ErrorBuffer, records) == 88);
+const _: () = assert!(core::mem::size_of::<TraceEvent>() == 40 && core::mem::align_of::<TraceEvent>() == 8);
+const _: () = assert!(core::mem::size_of::<TraceRing>() <= TRACE_HEADER_BYTES);

@@ -47,6 +47,7 @@
 //! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
 //! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
 //! | [`error`] | device error records, `exit_thread`, the panic handler |
+//! | [`trace`] | trace events into a per-rank ring (the traced flavour on the GPU; the emulator when asked) |
 //! | [`abi`] | the `#[repr(C)]` layouts shared with the host runtime |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
@@ -72,6 +73,7 @@ pub mod signal;
 pub mod sym;
 pub mod sync;
 pub mod time;
+pub mod trace;
 pub mod vector;
 pub mod warp;
 
@@ -116,7 +118,8 @@ pub mod prelude {
 
 /// Embeds the kernels crate's PTX, on the host only: expands to
 /// `pub static PTX: &[(u32, &str)]` — (compute capability, PTX module) per architecture the crate's
-/// `build.rs` (`ferrocomm_builder::build_script()`) compiled.
+/// `build.rs` (`ferrocomm_builder::build_script()`) compiled — and `pub static TRACED_PTX` of the same
+/// form, the traced flavour (see [`trace`]).
 ///
 /// ```ignore
 /// ferrocomm_device::embed_ptx!();
@@ -127,5 +130,8 @@ macro_rules! embed_ptx {
         /// This crate's PTX: (compute capability, module text), one per architecture it was built for.
         #[cfg(not(target_arch = "nvptx64"))]
         pub static PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs"));
+        /// This crate's traced flavour (`--cfg ferrocomm_trace`): (compute capability, module text).
+        #[cfg(not(target_arch = "nvptx64"))]
+        pub static TRACED_PTX: &[(u32, &str)] = include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs"));
     };
 }

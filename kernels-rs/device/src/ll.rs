@@ -209,7 +209,16 @@ fn read_ll_lanes<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<LlPacket>, flag: u
 #[track_caller]
 pub fn put_ll<T: DeviceCopy>(group: Group, dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
     let (lane, lanes) = group.position();
+    // The group's first thread traces its share's begin and end, as the put's.
+    let (traced, bytes, at) =
+        (crate::trace::COMPILED_IN && lane == 0, core::mem::size_of_val(src), dst.as_ptr() as u64);
+    if traced {
+        crate::trace::put_begin(bytes, at);
+    }
     put_ll_lanes(dst, src, flag, lane, lanes);
+    if traced {
+        crate::trace::put_end(bytes, at);
+    }
 }
 
 /// The group's threads wait until every packet of `src` (this rank's LL buffer) carries `flag` and unpack

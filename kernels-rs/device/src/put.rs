@@ -20,6 +20,7 @@ pub use crate::group::Group;
 use crate::mem::{GlobalPtr, copy_small, unit_for};
 use crate::signal::{Signal, SignalOp};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
+use crate::trace;
 use crate::vector::Vectors;
 
 /// 16-byte vectors each thread keeps in flight in the copy body.
@@ -169,6 +170,15 @@ impl PutSource<u8> for Vectors {
 pub fn put<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>) {
     put_share(group, dst, src);
     group.sync();
+    traced_end(group, dst, src);
+}
+
+/// The group's leader records the end of a put (nothing in an untraced GPU build).
+#[inline(always)]
+fn traced_end<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSource<T>) {
+    if trace::COMPILED_IN && group.is_leader() {
+        trace::put_end(src.parts().1 * core::mem::size_of::<T>(), dst.as_ptr() as u64);
+    }
 }
 
 /// This thread's share of a put, without waiting for the group.
@@ -181,6 +191,9 @@ fn put_share<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSou
     let bytes = len * core::mem::size_of::<T>();
     if bytes == 0 {
         return;
+    }
+    if trace::COMPILED_IN && lane == 0 {
+        trace::put_begin(bytes, dst.as_ptr() as u64);
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -264,6 +277,9 @@ impl Drop for PutToken<'_> {
     fn drop(&mut self) {
         self.group.sync();
         fence_acq_rel_sys();
+        if trace::COMPILED_IN && self.group.is_leader() {
+            trace::put_end(0, 0);
+        }
     }
 }
 
@@ -302,6 +318,7 @@ pub fn put_signal<T: DeviceCopy>(
     put_share(group, dst, src);
     // The leader's release is cumulative over the writes the barrier made it observe.
     group.sync();
+    traced_end(group, dst, src);
     if group.is_leader() {
         signal.raise_release(op);
     }

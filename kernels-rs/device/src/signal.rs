@@ -12,11 +12,11 @@ pub use crate::abi::Cmp;
 use crate::abi::{RawSym, SIGNAL_PAD_EPOCH_SLOTS};
 use crate::atomic::{GpuAtomicU64, SysAtomicU64};
 use crate::ctx::{self, team};
-use crate::error;
 use crate::index::{block_rank, block_size, grid_size, thread_rank};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 use crate::sync::sync_threads;
 use crate::time::{globaltimer, nanosleep};
+use crate::{error, trace};
 
 /// Polls before a wait starts to sleep between polls (see [`Signal::spin_wait_acquire`] for more).
 pub(crate) const SPIN_POLLS: u32 = 64;
@@ -119,20 +119,20 @@ impl Signal {
     /// Sets the signal after this thread's earlier writes (`st.release.sys.u64`).
     #[inline(always)]
     pub fn set_release(self, v: u64) {
-        self.atomic().store_release(v);
+        trace::raised(self.ptr as u64, v, false, || self.atomic().store_release(v));
     }
 
     /// Sets the signal without ordering (`st.relaxed.sys.u64`): for flags whose data travels in the same
     /// store, or with an explicit fence before.
     #[inline(always)]
     pub fn set_relaxed(self, v: u64) {
-        self.atomic().store_relaxed(v);
+        trace::raised(self.ptr as u64, v, false, || self.atomic().store_relaxed(v));
     }
 
     /// Adds to the signal after this thread's earlier writes (`red.release.sys.global.add.u64`).
     #[inline(always)]
     pub fn add_release(self, v: u64) {
-        self.atomic().add_release(v);
+        trace::raised(self.ptr as u64, v, true, || self.atomic().add_release(v));
     }
 
     /// Raises the signal as `op` says, with release ordering.
@@ -193,19 +193,19 @@ impl Signal {
     #[inline(always)]
     #[track_caller]
     fn poll(self, cmp: Cmp, expected: u64, spins: u32, load: impl Fn(Signal) -> u64) -> u64 {
-        let location = Location::caller();
         #[cfg(not(target_arch = "nvptx64"))]
         let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
+        trace::wait_begin(self.ptr as u64, expected, cmp);
         poll_until(
             || {
                 let v = load(self);
-                if cmp.holds(v, expected) { Ok(v) } else { Err(v) }
+                if cmp.holds(v, expected) { Ok(trace::waited(self.ptr as u64, v, cmp)) } else { Err(v) }
             },
             spins,
             self.ptr as u64,
             expected,
             cmp,
-            location,
+            Location::caller(),
         )
     }
 
@@ -432,6 +432,7 @@ impl Drop for Session {
             #[cfg(not(target_arch = "nvptx64"))]
             self.begun,
         );
+        trace::epoch(self.pad.raw.local as u64, self.epoch);
     }
 }
 

@@ -21,6 +21,7 @@ pub fn sync_threads() {
     {
         crate::emu::block_sync();
     }
+    crate::trace::barrier();
 }
 
 /// Waits until every lane in `mask` reached this barrier, ordering their memory accesses

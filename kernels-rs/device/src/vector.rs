@@ -222,6 +222,11 @@ impl VectorsMut {
         let fast_end = hi.min(whole);
         let at = |k: usize| dst.base.byte_add((k - first) * VECTOR_BYTES);
         let from = |k: usize| src.base.byte_add(k * VECTOR_BYTES);
+        // The copy's first thread traces its share's begin and end, as the copy's.
+        let traced = crate::trace::COMPILED_IN && lane == 0;
+        if traced {
+            crate::trace::put_begin((hi - lo) * VECTOR_BYTES, dst.base.addr() as u64);
+        }
         let mut k = lo + lane;
         while k + (UNROLL - 1) * lanes < fast_end {
             let mut v = [[0u32; 4]; UNROLL];
@@ -242,6 +247,9 @@ impl VectorsMut {
         while k < hi {
             self.store(k - first, src.load(k));
             k += lanes;
+        }
+        if traced {
+            crate::trace::put_end((hi - lo) * VECTOR_BYTES, dst.base.addr() as u64);
         }
     }
 

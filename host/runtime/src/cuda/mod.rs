@@ -1,6 +1,7 @@
 //! The CUDA backend, on cudarc's driver API: one primary context per GPU, one non-blocking stream per rank,
 //! memory, modules ([`module`]), launches and graphs ([`launch`]), peer access ([`peer`]).
 
+mod clock;
 mod launch;
 mod module;
 mod peer;
@@ -254,6 +255,10 @@ impl Exec for CudaTeam {
     }
 
     /// Frees an error buffer of [`CudaTeam::alloc_error_buffer`].
+    fn clock_offsets(&self) -> Result<Vec<i64>, Error> {
+        self.measure_clock_offsets()
+    }
+
     fn name(&self) -> &'static str {
         "cuda"
     }

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaContext, DriverError, result};
-use ferrocomm_device::abi::{LAUNCH_CTX_SYMBOL, LaunchCtx};
+use ferrocomm_device::abi::{LAUNCH_CTX_SYMBOL, LaunchCtx, TRACE_RING_SYMBOL};
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
 use crate::module::{KernelModule, ModuleImage};
-use crate::team::TeamShared;
+use crate::team::{Device, TeamShared};
 
 /// One rank's instance of a module.
 #[derive(Debug)]
@@ -48,6 +48,27 @@ impl Drop for LoadedModule {
 /// Dynamic shared memory every kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
+/// Writes the address of the rank's trace ring into a traced module's `FERROCOMM_TRACE_RING`.
+fn write_trace_ring(handle: sys::CUmodule, module: &str, ring: u64, device: Option<Device>) -> Result<(), Error> {
+    let symbol = CString::new(TRACE_RING_SYMBOL).expect("no NUL");
+    // SAFETY: the module is loaded in the current context.
+    match unsafe { result::module::get_global(handle, symbol) } {
+        Ok((addr, 8)) => {
+            // SAFETY: `addr` is the 8-byte global's device address; the context is current.
+            unsafe { result::memcpy_htod_sync(addr, &ring.to_ne_bytes()) }.map_err(cuda("cuMemcpyHtoD", device))
+        }
+        Ok((_, bytes)) => Err(Error::TeamConfig {
+            reason: format!(
+                "module `{module}` declares {TRACE_RING_SYMBOL} with {bytes} bytes, this runtime expects 8; build the \
+                 kernels crate against the same ferrocomm-device as the runtime"
+            ),
+        }),
+        // A traced module whose kernels record nothing may have dropped the global: nothing to tell it.
+        Err(DriverError(CUresult::CUDA_ERROR_NOT_FOUND)) => Ok(()),
+        Err(e) => Err(cuda("cuModuleGetGlobal", device)(e)),
+    }
+}
+
 impl CudaTeam {
     /// Rank `rank`'s instance of `module`, loading it (and writing its launch context) on first use.
     pub fn module(
@@ -62,7 +83,13 @@ impl CudaTeam {
         }
         let gpu = self.gpu_of(rank);
         let device = Some(gpu.device());
-        let image = module.image_for(gpu.cc)?;
+        // A traced team runs the traced flavour (see `ferrocomm_device::trace`), every other team the
+        // ordinary modules, which hold no trace code.
+        let ring = team.trace_ring(rank);
+        let image = match ring {
+            Some(_) => module.traced_for(gpu.cc)?,
+            None => module.image_for(gpu.cc)?,
+        };
         let cc = image.cc();
         // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
         // it is copied into 8-byte aligned memory (`include_bytes!` aligns to 1).
@@ -131,6 +158,9 @@ impl CudaTeam {
                 tracing::debug!(module = module.name(), "no {LAUNCH_CTX_SYMBOL} in the module");
             }
             Err(e) => return Err(cuda("cuModuleGetGlobal", device)(e)),
+        }
+        if let Some(ring) = ring {
+            write_trace_ring(handle, module.name(), ring, device)?;
         }
         cache.insert(module.key(), Arc::clone(&loaded));
         Ok(loaded)

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use super::waitfor::WaitForReport;
+
 /// A source location recorded by device code.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Location {
@@ -482,6 +484,7 @@ pub struct DeviceErrors {
     errors: Vec<DeviceError>,
     lost: u64,
     counts: Vec<ErrorCount>,
+    report: Option<Box<WaitForReport>>,
 }
 
 impl DeviceErrors {
@@ -505,7 +508,19 @@ impl DeviceErrors {
             }
         }
         counts.sort_by_key(|c| (c.rank, c.kind));
-        Some(DeviceErrors { errors, lost, counts })
+        Some(DeviceErrors { errors, lost, counts, report: None })
+    }
+
+    /// The same errors with the wait-for report of their timeouts, if any.
+    pub(crate) fn with_report(mut self, report: Option<WaitForReport>) -> DeviceErrors {
+        self.report = report.map(Box::new);
+        self
+    }
+
+    /// When waits timed out: who waits on what across the team, the last signal each block raised (trace
+    /// mode) and the culprit ([`WaitForReport`]); the message ends with it.
+    pub fn wait_for(&self) -> Option<&WaitForReport> {
+        self.report.as_deref()
     }
 
     /// The records read back (each rank keeps its first few), causes first.
@@ -536,6 +551,16 @@ impl DeviceErrors {
 
 impl fmt::Display for DeviceErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.fmt_records(f)?;
+        match &self.report {
+            Some(report) => write!(f, ". {report}"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl DeviceErrors {
+    fn fmt_records(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.first())?;
         let more = self.total() - 1;
         if more == 0 {

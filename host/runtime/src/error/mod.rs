@@ -5,8 +5,10 @@
 //! findings (races, overwritten sources, signals nobody raised, mismatched barrier epochs).
 
 mod device;
+mod waitfor;
 
 pub use device::{BufferRef, Cmp, DeviceError, DeviceErrors, ErrorCount, GpuThread, Location, SignalRef};
+pub use waitfor::{LastRaised, PendingWait, WaitForReport};
 
 use std::time::Duration;
 
@@ -255,6 +257,28 @@ pub enum Error {
         device_cc: u32,
         /// The compute capabilities the module has PTX for.
         available: Vec<u32>,
+    },
+    /// A team with tracing on launched a kernel whose crate has no traced flavour the device can run.
+    #[error(
+        "module `{module}` has no traced PTX for sm_{device_cc} (traced flavour built for {available:?}); rebuild \
+         the kernels crate with FERROCOMM_TRACE_ARCHES=sm_{device_cc} (the builder makes the traced flavour for \
+         the newest architecture it builds unless told), or turn tracing off"
+    )]
+    NoTracedPtx {
+        /// The kernels crate.
+        module: &'static str,
+        /// The device's compute capability (`90`).
+        device_cc: u32,
+        /// The compute capabilities the traced flavour was built for.
+        available: Vec<u32>,
+    },
+    /// A trace could not be written or read.
+    #[error("trace file {path}: {reason}")]
+    Trace {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong (the I/O or parse error).
+        reason: String,
     },
     /// The driver rejected a module's PTX.
     #[error(

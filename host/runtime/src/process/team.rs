@@ -53,7 +53,10 @@ pub(crate) fn create(
     };
     let devices = gather_devices(&group, device)?;
     tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
-    let shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
+    let mut shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
+    if let Some(config) = plan.trace {
+        shared.enable_trace(config)?;
+    }
     Ok(Team { shared: Arc::new(shared) })
 }
 

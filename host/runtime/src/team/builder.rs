@@ -13,6 +13,7 @@ use crate::error::Error;
 use crate::exec::Exec;
 use crate::process;
 use crate::system;
+use crate::trace::TraceConfig;
 
 /// Chooses the backend: `cuda`, `emulator` or `auto` (the default).
 pub const BACKEND_ENV: &str = "FERROCOMM_BACKEND";
@@ -60,6 +61,9 @@ pub struct TeamBuilder {
     programmatic_launch: Option<bool>,
     job: Option<JobEnv>,
     single_process: bool,
+    trace: Option<bool>,
+    trace_dir: Option<std::path::PathBuf>,
+    trace_capacity: Option<usize>,
 }
 
 /// What a builder resolved to, before anything is created.
@@ -75,6 +79,8 @@ pub(crate) struct Plan {
     pub programmatic_launch: bool,
     /// Why this backend (for the log).
     pub why: String,
+    /// Trace mode (`None`: off).
+    pub trace: Option<TraceConfig>,
 }
 
 impl TeamBuilder {
@@ -140,7 +146,28 @@ impl TeamBuilder {
         self
     }
 
-    /// Creates the team: contexts, peer access for every pair of GPUs, streams, error buffers.
+    /// Whether the team records device traces (default: `FERROCOMM_TRACE=1` says; see [`crate::trace`]):
+    /// kernels then run their crate's traced flavour on GPUs, every launch's events are collected when it is
+    /// waited for, and the dropped team writes a Perfetto/Chrome trace JSON into `FERROCOMM_TRACE_DIR`
+    /// (default: the working directory) or [`TeamBuilder::trace_dir`].
+    pub fn trace(mut self, on: bool) -> Self {
+        self.trace = Some(on);
+        self
+    }
+
+    /// Where a traced team writes its trace when dropped (a directory).
+    pub fn trace_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.trace_dir = Some(dir.into());
+        self
+    }
+
+    /// Events each rank's trace ring holds per launch (default 65536, or `FERROCOMM_TRACE_EVENTS`); more are
+    /// counted as lost ([`Team::trace_lost`]).
+    pub fn trace_capacity(mut self, events: usize) -> Self {
+        self.trace_capacity = Some(events);
+        self
+    }
+
     /// Makes this process one rank of the job `job` describes (a team that spans processes, one rank each):
     /// what [`TeamBuilder::build`] does by itself when a launcher's variables are set (torchrun, Open MPI,
     /// Slurm, `ferrocomm launch`, or `FERROCOMM_RANK` and friends; see `ferrocomm_bootstrap::JobEnv`).
@@ -280,7 +307,8 @@ impl TeamBuilder {
                 Some(v) => return Err(Error::BadEnv { var: PDL_ENV, value: v, expected: "0 or 1" }),
             },
         };
-        Ok(Plan { backend, devices, gpus, timeout, programmatic_launch, why })
+        let trace = TraceConfig::resolve(self.trace, self.trace_dir.clone(), self.trace_capacity, &env)?;
+        Ok(Plan { backend, devices, gpus, timeout, programmatic_launch, why, trace })
     }
 }
 
@@ -366,7 +394,10 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
         }
         Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker, Box::new(PrivateHeap))?),
     };
-    let shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec, None)?;
+    let mut shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec, None)?;
+    if let Some(config) = plan.trace {
+        shared.enable_trace(config)?;
+    }
     Ok(Team { shared: Arc::new(shared) })
 }
 

@@ -97,6 +97,8 @@ pub(crate) struct TeamShared {
     pub group: Option<ProcessGroup>,
     /// The abort words (`None` only while the team is being built).
     abort: Option<AbortWords>,
+    /// Trace mode's rings and log (`None`: the team does not trace).
+    pub tracer: Option<crate::trace::Tracer>,
     /// Dropped only when no kernel can still run (see `Drop`).
     pub exec: ManuallyDrop<Box<dyn Exec>>,
 }
@@ -149,6 +151,7 @@ impl TeamShared {
             buffers: Mutex::new(Vec::new()),
             group,
             abort: None,
+            tracer: None,
             exec: ManuallyDrop::new(exec),
         };
         for slot in 0..shared.local.len() {
@@ -324,6 +327,11 @@ impl TeamShared {
     /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`]. After
     /// errors it also lowers the local ranks' abort words (a panic raised them).
     pub fn take_device_errors(&self) -> Result<(), Error> {
+        // The launch's trace first: a failed launch's wait-for report reads it.
+        let traced = self.collect_trace().unwrap_or_else(|e| {
+            tracing::error!("collecting the launch's trace: {e}");
+            Vec::new()
+        });
         let mut all = Vec::new();
         let mut lost = 0u64;
         let mut counts = Vec::new();
@@ -334,6 +342,9 @@ impl TeamShared {
             counts.extend(rank_counts);
         }
         let Some(errors) = DeviceErrors::with_counts(all, lost, counts) else { return Ok(()) };
+        let history = self.trace_history();
+        let report = crate::error::WaitForReport::build(errors.errors(), &traced, &history, (&self.local, self.world));
+        let errors = errors.with_report(report);
         if let Err(e) = self.clear_abort_words() {
             tracing::error!("lowering the team's abort words after a failed launch: {e}");
         }
@@ -466,6 +477,8 @@ impl Drop for TeamShared {
         if let Some(words) = self.abort.take() {
             self.free_abort_words(&words);
         }
+        self.write_trace_on_drop();
+        self.free_trace();
         for slot in &self.error_buffers {
             // SAFETY: allocated by the backend's `alloc_error_buffer`, freed once; no kernel runs.
             let freed = unsafe { self.exec.free_error_buffer(*slot) };
