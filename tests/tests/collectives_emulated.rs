@@ -424,10 +424,16 @@ fn tensor_parallel_gemv_shapes() {
         let team = team(world);
         let mut comm = Communicator::new(&team).unwrap();
         // One partial tile, a tile and a half, tokens on both sides of each unrolled count, odd shard rows.
-        for (i, (tokens, hidden, k)) in
-            [(1, 8, 4 * world), (1, 64, 24 * world), (3, 264, 13 * world), (5, 40, 7 * world), (16, 520, 9 * world)]
-                .into_iter()
-                .enumerate()
+        for (i, (tokens, hidden, k)) in [
+            (1, 8, 4 * world),
+            (1, 64, 24 * world),
+            (3, 264, 13 * world),
+            (5, 40, 7 * world),
+            (16, 520, 9 * world),
+            (9, 64, 64 * world),
+        ]
+        .into_iter()
+        .enumerate()
         {
             check(verify::tp_gemv(&mut comm, TpShape { tokens, hidden, k }, i as u64));
         }

@@ -288,7 +288,8 @@ golden! {
 
     bf16_add: "golden_bf16_add" => ["{ .reg .b16 one; mov.b16 one, 0x3F80; fma.rn.bf16 %rs, %rs, one, %rs; }"];
     f16_add: "golden_f16_add" => ["add.rn.f16 %rs, %rs, %rs;"];
-    rsqrt: "golden_rsqrt" => ["rsqrt.approx.f32 %f, %f;"];
+    rsqrt: "golden_rsqrt" => ["rsqrt.approx.f32 %r, %r;"];
+    fma: "golden_fma" => ["fma.rn.f32 %r, %r, %r, %r;"];
     bf16_from_f32: "golden_bf16_from_f32" => ["cvt.rn.bf16.f32 %rs, %r;"];
     f16_from_f32: "golden_f16_from_f32" => ["cvt.rn.f16.f32 %rs, %r;"];
     f16_to_f32: "golden_f16_to_f32" => ["cvt.f32.f16 %r, %rs;"];

@@ -218,6 +218,9 @@ macro_rules! plain_param {
 pub const TP_TILE_COLS: usize = 256;
 /// Warps per block of the tensor-parallel GEMV; each takes every `TP_WARPS`-th row of its block's split.
 pub const TP_WARPS: usize = 4;
+/// Rows of `w` a warp of the tensor-parallel GEMV takes at a time: eight 16-byte weight loads in flight per
+/// lane, and one 16-byte load of `x` per token for them.
+pub const TP_CHUNK_ROWS: usize = 8;
 /// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
 pub const TP_MAX_TOKENS: usize = 16;
 
@@ -252,10 +255,11 @@ impl TpPlan {
         self.partial(self.tiles as usize, 0)
     }
 
-    /// This split's rows: `start..end` of `k_local`.
+    /// This split's rows: `start..end` of `k_local`, in whole chunks of [`TP_CHUNK_ROWS`] (the last split
+    /// may hold fewer, or none).
     #[inline(always)]
     pub const fn rows(&self, split: usize) -> (usize, usize) {
-        let per = (self.k_local as usize).div_ceil(self.splits as usize);
+        let per = (self.k_local as usize).div_ceil(self.splits as usize).next_multiple_of(TP_CHUNK_ROWS);
         let start = split * per;
         let end = start + per;
         let k = self.k_local as usize;

@@ -43,7 +43,7 @@
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |
 //! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
 //! | [`half`] | `bf16`, `f16` |
-//! | [`math`] | `rsqrt` (`rsqrt.approx.f32`) |
+//! | [`math`] | `rsqrt` (`rsqrt.approx.f32`), `fma` (`fma.rn.f32`) |
 //! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
 //! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
 //! | [`error`] | device error records, `exit_thread`, the panic handler |

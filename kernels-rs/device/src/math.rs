@@ -20,3 +20,23 @@ pub fn rsqrt(x: f32) -> f32 {
         1.0 / x.sqrt()
     }
 }
+
+/// `a * b + c` with one rounding (`fma.rn.f32`; `f32::mul_add` on the host). LLVM does not contract
+/// `a * b + c` into it by itself: without it a product and a sum cost two instructions.
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: f32;
+        // SAFETY: arithmetic on registers only.
+        unsafe {
+            core::arch::asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+                c = in(reg32) c, options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a.mul_add(b, c)
+    }
+}

@@ -107,6 +107,12 @@ pub unsafe extern "ptx-kernel" fn golden_rsqrt(v: f32, out: *mut f32) {
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_fma(a: f32, b: f32, c: f32, out: *mut f32) {
+    // SAFETY: the launch passes a valid pointer.
+    unsafe { *out = ferrocomm_device::math::fma(a, b, c) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_f16_add(a: f16, b: f16, out: *mut f16) {
     // SAFETY: the launch passes a valid pointer.
     unsafe { *out = a + b };

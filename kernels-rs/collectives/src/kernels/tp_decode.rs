@@ -4,33 +4,41 @@
 //!
 //! Block `g` of the `tiles * splits` grid computes tile `g / splits` (columns `256t .. 256t + 256`) over the
 //! rows of split `g % splits`. Lane `l` of each warp owns 8 columns (one 16-byte vector of weights per row),
-//! so a warp reads 512 contiguous bytes of a row at a time. Each warp accumulates [`TOKENS_PER_WARP`]
-//! tokens: with up to four tokens the block's four warps take every fourth row of the split; with more,
-//! the warps split the tokens instead and take every second row (up to eight) or every row (up to 16).
+//! so a warp reads 512 contiguous bytes of a row at a time, eight rows (one chunk) in flight. Each warp
+//! accumulates [`TOKENS_PER_WARP`] tokens: with up to four tokens the block's four warps take every fourth
+//! chunk of the split; with more, the warps split the tokens instead and take every second chunk (up to
+//! eight tokens) or every chunk (up to 16).
 //! Warps that share a row range read the same weights at about the same time, so those reads hit L1 and
 //! HBM still sees each weight once. The warps of a token group meet through shared memory
 //! (`sum_across_warps`) and the group's first warp stores the block's partial tile.
 
 use ferrocomm_device::kernel;
+use ferrocomm_device::math::fma;
 use ferrocomm_device::prelude::*;
 use ferrocomm_device::reduce::sum_across_warps;
 
 use crate::element::Element;
-use crate::layout::{TP_TILE_COLS, TP_WARPS, TpPlan};
+use crate::layout::{TP_CHUNK_ROWS, TP_TILE_COLS, TP_WARPS, TpPlan};
 
 /// Tokens one warp accumulates: 4 × 8 `f32` per lane, which stay in registers.
 pub const TOKENS_PER_WARP: usize = 4;
 
-/// Rows each lane loads before it multiplies: four 16-byte loads in flight per lane (the loop body below
-/// is written for four).
-const UNROLL: usize = 4;
-
-/// `acc + x * row`, written out: loops here were left rolled, which put the accumulators in local memory.
+/// `acc + x * row`, written out with one rounding per product and sum (`fma.rn.f32`): loops here were left
+/// rolled, which put the accumulators in local memory, and LLVM does not contract `a + x * r` itself.
 #[inline(always)]
 fn axpy8(acc: [f32; 8], x: f32, row: &[f32; 8]) -> [f32; 8] {
     let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
     let [r0, r1, r2, r3, r4, r5, r6, r7] = *row;
-    [a0 + x * r0, a1 + x * r1, a2 + x * r2, a3 + x * r3, a4 + x * r4, a5 + x * r5, a6 + x * r6, a7 + x * r7]
+    [
+        fma(x, r0, a0),
+        fma(x, r1, a1),
+        fma(x, r2, a2),
+        fma(x, r3, a3),
+        fma(x, r4, a4),
+        fma(x, r5, a5),
+        fma(x, r6, a6),
+        fma(x, r7, a7),
+    ]
 }
 
 /// Token slots of one warp (`first .. first + 4`, those below `tokens` real) and its share of the rows.
@@ -44,15 +52,34 @@ struct WarpShare {
 }
 
 impl WarpShare {
-    /// `acc[j] += x[first + j, k] * row` (slots past `tokens` multiply zero).
+    /// Token `first + j`'s value of `x` at row `k` (zero past `tokens`).
+    #[inline(always)]
+    fn x_at(&self, x: &[bf16], k_local: usize, k: usize, j: usize) -> f32 {
+        let t = self.first + j;
+        if t < self.tokens { x[t * k_local + k].to_f32() } else { 0.0 }
+    }
+
+    /// Token `first + j`'s values of `x` at rows `k .. k + 8` (zero past `tokens`): one 16-byte load.
+    #[inline(always)]
+    fn x_chunk(&self, x: Vectors, k_local: usize, k: usize, j: usize) -> [f32; 8] {
+        let t = self.first + j;
+        if t < self.tokens { <bf16 as Element>::unpack(x.sub((t * k_local + k) * 2, 16).load(0)) } else { [0.0; 8] }
+    }
+
+    /// `acc[j] += x[first + j, k] * row` for the warp's four token slots.
     #[inline(always)]
     fn multiply_row(&self, acc: [[f32; 8]; 4], row: &[f32; 8], x: &[bf16], k_local: usize, k: usize) -> [[f32; 8]; 4] {
-        let xj = |j: usize| {
-            let t = self.first + j;
-            if t < self.tokens { x[t * k_local + k].to_f32() } else { 0.0 }
-        };
+        let xj = |j| self.x_at(x, k_local, k, j);
         let [a0, a1, a2, a3] = acc;
         [axpy8(a0, xj(0), row), axpy8(a1, xj(1), row), axpy8(a2, xj(2), row), axpy8(a3, xj(3), row)]
+    }
+
+    /// [`multiply_row`](Self::multiply_row) for row `r` of a chunk whose `x` values are `xs`.
+    #[inline(always)]
+    fn multiply_chunk_row(acc: [[f32; 8]; 4], row: V16, xs: &[[f32; 8]; 4], r: usize) -> [[f32; 8]; 4] {
+        let row = <bf16 as Element>::unpack(row);
+        let [a0, a1, a2, a3] = acc;
+        [axpy8(a0, xs[0][r], &row), axpy8(a1, xs[1][r], &row), axpy8(a2, xs[2][r], &row), axpy8(a3, xs[3][r], &row)]
     }
 }
 
@@ -79,21 +106,31 @@ fn gemv_tile(x: &[bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -
     let mut acc = [[0.0f32; 8]; 4];
     if col < hidden && share.first < tokens {
         // Row `k`'s 8 weights of this lane: vector `(k * hidden + col) / 8` (`hidden` is a multiple of 8).
-        let weights = |k: usize| <bf16 as Element>::unpack(w.load((k * hidden + col) / 8));
-        let s = share.stride;
-        let mut k = start + share.phase;
-        while k + (UNROLL - 1) * s < end {
-            // The loads first, then the products.
-            let (r0, r1, r2, r3) = (weights(k), weights(k + s), weights(k + 2 * s), weights(k + 3 * s));
-            acc = share.multiply_row(acc, &r0, x, k_local, k);
-            acc = share.multiply_row(acc, &r1, x, k_local, k + s);
-            acc = share.multiply_row(acc, &r2, x, k_local, k + 2 * s);
-            acc = share.multiply_row(acc, &r3, x, k_local, k + 3 * s);
-            k += UNROLL * s;
+        let weights = |k: usize| w.load((k * hidden + col) / 8);
+        let xv = Vectors::of(x);
+        // Whole chunks of 8 rows, chunk `phase, phase + stride, ...` of the split: the 8 weight loads go
+        // out before the products, and `x` comes as one 16-byte load per token.
+        let step = TP_CHUNK_ROWS * share.stride;
+        let mut k = start + TP_CHUNK_ROWS * share.phase;
+        while k + TP_CHUNK_ROWS <= end {
+            let (w0, w1, w2, w3) = (weights(k), weights(k + 1), weights(k + 2), weights(k + 3));
+            let (w4, w5, w6, w7) = (weights(k + 4), weights(k + 5), weights(k + 6), weights(k + 7));
+            let xs = [0, 1, 2, 3].map(|j| share.x_chunk(xv, k_local, k, j));
+            acc = WarpShare::multiply_chunk_row(acc, w0, &xs, 0);
+            acc = WarpShare::multiply_chunk_row(acc, w1, &xs, 1);
+            acc = WarpShare::multiply_chunk_row(acc, w2, &xs, 2);
+            acc = WarpShare::multiply_chunk_row(acc, w3, &xs, 3);
+            acc = WarpShare::multiply_chunk_row(acc, w4, &xs, 4);
+            acc = WarpShare::multiply_chunk_row(acc, w5, &xs, 5);
+            acc = WarpShare::multiply_chunk_row(acc, w6, &xs, 6);
+            acc = WarpShare::multiply_chunk_row(acc, w7, &xs, 7);
+            k += step;
         }
-        while k < end {
-            acc = share.multiply_row(acc, &weights(k), x, k_local, k);
-            k += s;
+        // The split's last, partial chunk, row by row (only its first warp has one).
+        if k < end {
+            for k in k..end {
+                acc = share.multiply_row(acc, &<bf16 as Element>::unpack(weights(k)), x, k_local, k);
+            }
         }
     }
     (sum_across_warps(acc, TP_WARPS / size), share)
