@@ -224,6 +224,26 @@ pub const TP_CHUNK_ROWS: usize = 8;
 /// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
 pub const TP_MAX_TOKENS: usize = 16;
 
+/// The most column tiles of a tensor-parallel decode step (hidden sizes up to 16384).
+pub const TP_MAX_TILES: usize = 64;
+
+/// Signals of a tensor-parallel decode pad (one pad per variant: their counters grow by different steps).
+pub mod tp_pad {
+    use super::{MAX_WORLD, TP_MAX_TILES};
+    /// Tile `tile`'s owner: every block's partial tile has landed (fused: one add per block and rank).
+    pub const fn arrived(tile: usize) -> usize {
+        tile
+    }
+    /// Every rank: a tile's reduced values and sums of squares have landed (one add per tile).
+    pub const GATHERED: usize = TP_MAX_TILES;
+    /// Rank `src`'s partial sums are complete (two kernels: raised as the epilogue starts).
+    pub const fn ready(src: usize) -> usize {
+        TP_MAX_TILES + 1 + src
+    }
+    /// Signals in the pad.
+    pub const SIGNALS: usize = TP_MAX_TILES + 1 + MAX_WORLD;
+}
+
 /// The by-value description of a tensor-parallel decode launch: `y[tokens, hidden] = x[tokens, k_local] ·
 /// w[k_local, hidden]` on each rank, the rows of `w` cut into `splits` ranges per tile of
 /// [`TP_TILE_COLS`] columns.
@@ -240,6 +260,8 @@ pub struct TpPlan {
     pub tiles: u64,
     /// Row ranges per tile; the grid is `tiles * splits` blocks.
     pub splits: u64,
+    /// The RMSNorm's epsilon, as `f32` bits.
+    pub eps_bits: u64,
 }
 
 impl TpPlan {

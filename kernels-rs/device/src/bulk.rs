@@ -416,12 +416,18 @@ impl BulkCopier {
         fence_proxy_async_global();
         sync_threads();
         if thread_rank() == 0 {
+            if crate::trace::COMPILED_IN {
+                crate::trace::put_begin(bytes, dst.addr() as u64);
+            }
             let tail = head + body;
             // SAFETY: the head, body and tail partition both ranges (valid for `bytes`, the callers).
             unsafe {
                 copy_small(dst, src, head);
                 copy_small(dst.byte_add(tail), src.byte_add(tail), bytes - tail);
                 ring.stream(dst.byte_add(head), src.byte_add(head), body);
+            }
+            if crate::trace::COMPILED_IN {
+                crate::trace::put_end(bytes, dst.addr() as u64);
             }
         }
         // The TMA's writes, complete and fenced by thread 0, come before every thread's later accesses.

@@ -130,3 +130,28 @@ pub fn tp_gemv(x: &[bf16], w: &[bf16], tokens: usize, hidden: usize) -> Vec<f32>
     }
     y
 }
+
+/// A tensor-parallel decode step on the CPU: `y` = the sum over the ranks of their products
+/// ([`tp_gemv`] of `xs[r]`, `ws[r]`), then `out = (y + residual) / sqrt(mean((y + residual)²) + eps) * gamma`
+/// per token, in `f32`, rounded to `bf16` once.
+pub fn tp_decode(
+    xs: &[Vec<bf16>],
+    ws: &[Vec<bf16>],
+    residual: &[bf16],
+    gamma: &[bf16],
+    (tokens, hidden, eps): (usize, usize, f32),
+) -> Vec<bf16> {
+    let mut y = vec![0.0f32; tokens * hidden];
+    for (x, w) in xs.iter().zip(ws) {
+        for (y, p) in y.iter_mut().zip(tp_gemv(x, w, tokens, hidden)) {
+            *y += p;
+        }
+    }
+    let mut out = Vec::with_capacity(tokens * hidden);
+    for (j, row) in y.chunks(hidden).enumerate() {
+        let z: Vec<f32> = row.iter().enumerate().map(|(h, y)| y + residual[j * hidden + h].to_f32()).collect();
+        let inv = 1.0 / (z.iter().map(|z| z * z).sum::<f32>() / hidden as f32 + eps).sqrt();
+        out.extend(z.iter().zip(gamma).map(|(z, g)| bf16::from_f32(z * inv * g.to_f32())));
+    }
+    out
+}

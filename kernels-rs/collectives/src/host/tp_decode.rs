@@ -1,13 +1,16 @@
 //! The tensor-parallel decode step's host side: its shape, the plan the kernels run, and the launch of
 //! the split-K GEMV (`kernels::tp_decode`).
 
-use ferrocomm::{LaunchConfig, LaunchGuard, SymBuffer};
+use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
 use ferrocomm_device::bf16;
-use ferrocomm_device::reduce::sum_across_warps_bytes;
+use ferrocomm_device::reduce::{sum_across_block_bytes, sum_across_warps_bytes};
 
 use super::{CommError, Communicator};
 use crate::kernels::tp_decode::{self, TOKENS_PER_WARP};
-use crate::layout::{TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan};
+use crate::layout::{TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
+
+/// The RMSNorm's epsilon.
+pub const TP_RMS_EPS: f32 = 1e-5;
 
 /// GEMV blocks per multiprocessor the split count aims for: 16 warps per SM keep enough 16-byte weight
 /// loads in flight to stream HBM.
@@ -57,10 +60,11 @@ impl Communicator<'_> {
             k_local: k_local as u64,
             tiles: tiles as u64,
             splits: splits as u64,
+            eps_bits: u64::from(TP_RMS_EPS.to_bits()),
         })
     }
 
-    /// The split-K GEMV of `plan` on every rank: `partials` (`plan.partials_len()` `f32`s) receives this
+    /// The split-K GEMV of `plan` on every rank: `partials` (at least `plan.partials_len()` `f32`s) receives this
     /// rank's `x` (`tokens x k_local`) times `w` (`k_local x hidden`, row-major) as one partial tile per
     /// (tile, split); their sum over the splits, and over the ranks, is the layer's output.
     pub fn tp_gemv<'a>(
@@ -75,10 +79,155 @@ impl Communicator<'_> {
         };
         len("tensor-parallel weights (k_local x hidden)", (plan.k_local * plan.hidden) as usize, w.len())?;
         len("tensor-parallel input (tokens x k_local)", (plan.tokens * plan.k_local) as usize, x.len())?;
-        len("tensor-parallel partial sums (TpPlan::partials_len)", plan.partials_len(), partials.len())?;
+        if partials.len() < plan.partials_len() {
+            let (what, expected) =
+                ("tensor-parallel partial sums (at least TpPlan::partials_len)", plan.partials_len());
+            return Err(CommError::LengthMismatch { what, expected, found: partials.len() });
+        }
         let blocks = (plan.tiles * plan.splits) as u32;
         let cfg = LaunchConfig::new(blocks, (TP_WARPS * 32) as u32)
             .with_shared_bytes(sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS) as u32);
         Ok(tp_decode::tp_gemv::launch(self.team(), cfg, x, w, partials, plan)?)
+    }
+}
+
+/// How a decode step runs (see [`TpDecode::step`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TpVariant {
+    /// The GEMV, then the fused all-reduce, residual and RMSNorm: two kernels.
+    TwoKernels,
+    /// One kernel: each block pushes its finished tile to the tile's owner as soon as it is done; the
+    /// reduction and the norm finish as the tiles arrive.
+    Fused,
+}
+
+/// The buffers and pads of tensor-parallel decode steps of one shape: `out = rmsnorm(x · w summed over
+/// the ranks + residual) * gamma` in `bf16`, on every rank.
+pub struct TpDecode {
+    /// The shape.
+    pub shape: TpShape,
+    plan: TpPlan,
+    fused: TpPlan,
+    partials: SymBuffer<f32>,
+    gather: SymBuffer<f32>,
+    squares: SymBuffer<f32>,
+    two_pad: SignalPadBuffer,
+    fused_pad: SignalPadBuffer,
+}
+
+impl std::fmt::Debug for TpDecode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TpDecode")
+            .field("shape", &self.shape)
+            .field("plan", &self.plan)
+            .field("fused", &self.fused)
+            .finish()
+    }
+}
+
+impl TpDecode {
+    /// Allocates the buffers of `shape` on `comm`'s team (every rank calls it, in a team that spans
+    /// processes). The fused kernel needs every block co-resident, so its plan keeps to one block per
+    /// multiprocessor a rank may use (`Tuning::max_blocks`).
+    pub fn new(comm: &Communicator<'_>, shape: TpShape) -> Result<TpDecode, CommError> {
+        let plan = comm.tp_plan(shape)?;
+        if plan.tiles as usize > TP_MAX_TILES {
+            return Err(CommError::BadShape {
+                shape: format!("{shape:?}"),
+                reason: format!("hidden must be at most {} columns", TP_MAX_TILES * TP_TILE_COLS),
+            });
+        }
+        let cap = (comm.tuning().max_blocks as u64 / plan.tiles).max(1);
+        let fused = TpPlan { splits: plan.splits.min(cap), ..plan };
+        let team = comm.team();
+        let world = comm.world();
+        let len = plan.partials_len().max(fused.partials_len()) * world;
+        Ok(TpDecode {
+            shape,
+            plan,
+            fused,
+            partials: SymBuffer::new(team, len)?,
+            gather: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
+            squares: SymBuffer::new(team, plan.tiles as usize * TP_MAX_TOKENS)?,
+            two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
+            fused_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.fused", tp_pad::SIGNALS)?,
+        })
+    }
+
+    /// The plan of the GEMV (two kernels) and of the fused kernel.
+    pub fn plans(&self) -> (TpPlan, TpPlan) {
+        (self.plan, self.fused)
+    }
+
+    /// One decode step by `variant`: `x` (`tokens x k/world`, this rank's shard), `w` (`k/world x hidden`),
+    /// `residual` (`tokens x hidden`), `gamma` (`hidden`) in; `out` (`tokens x hidden`) the same on every
+    /// rank. Waits for each launch (inside `Communicator::capture` the waits are recorded, not made).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        comm: &mut Communicator<'_>,
+        variant: TpVariant,
+        x: &SymBuffer<bf16>,
+        w: &SymBuffer<bf16>,
+        residual: &SymBuffer<bf16>,
+        gamma: &SymBuffer<bf16>,
+        out: &mut SymBuffer<bf16>,
+    ) -> Result<(), CommError> {
+        let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
+        let len = |what, expected: usize, found: usize| {
+            if found == expected { Ok(()) } else { Err(CommError::LengthMismatch { what, expected, found }) }
+        };
+        len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
+        len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
+        len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
+        let threads = (TP_WARPS * 32) as u32;
+        match variant {
+            TpVariant::TwoKernels => {
+                let plan = self.plan;
+                comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;
+                let cfg = LaunchConfig::new(plan.tiles as u32, threads)
+                    .with_shared_bytes(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS) as u32);
+                let (partials, gather, squares) = (&self.partials, &mut self.gather, &mut self.squares);
+                tp_decode::tp_reduce_norm::launch(
+                    comm.team(),
+                    cfg,
+                    partials,
+                    gather,
+                    squares,
+                    residual,
+                    gamma,
+                    out,
+                    &self.two_pad,
+                    plan,
+                )?
+                .wait()?;
+            }
+            TpVariant::Fused => {
+                let plan = self.fused;
+                len("tensor-parallel weights (k_local x hidden)", (plan.k_local * plan.hidden) as usize, w.len())?;
+                len("tensor-parallel input (tokens x k_local)", (plan.tokens * plan.k_local) as usize, x.len())?;
+                let shared = sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS)
+                    .max(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS));
+                let cfg =
+                    LaunchConfig::new((plan.tiles * plan.splits) as u32, threads).with_shared_bytes(shared as u32);
+                let (partials, gather, squares) = (&mut self.partials, &mut self.gather, &mut self.squares);
+                tp_decode::tp_fused::launch(
+                    comm.team(),
+                    cfg,
+                    x,
+                    w,
+                    partials,
+                    gather,
+                    squares,
+                    residual,
+                    gamma,
+                    out,
+                    &self.fused_pad,
+                    plan,
+                )?
+                .wait()?;
+            }
+        }
+        Ok(())
     }
 }

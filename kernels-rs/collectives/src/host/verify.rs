@@ -383,3 +383,52 @@ pub fn tp_gemv(comm: &mut Communicator<'_>, shape: crate::TpShape, seed: u64) ->
     }
     Ok(())
 }
+
+/// A tensor-parallel decode step of `shape` by `variant`, run twice in a row on the same buffers (which
+/// exercises the pads' epochs), against [`reference::tp_decode`] on every rank: within two `bf16` steps of
+/// rounding (the device sums the squares in another order, and its `rsqrt` is within 2 ulp).
+pub fn tp_decode(
+    comm: &mut Communicator<'_>,
+    shape: crate::TpShape,
+    variant: crate::TpVariant,
+    seed: u64,
+) -> Result<(), VerifyError> {
+    let mut step = crate::TpDecode::new(comm, shape)?;
+    let team = comm.team();
+    let (tokens, hidden) = (shape.tokens, shape.hidden);
+    let k_local = shape.k_local(comm.world());
+    let mut x = SymBuffer::<bf16>::new(team, tokens * k_local)?;
+    let mut w = SymBuffer::<bf16>::new(team, k_local * hidden)?;
+    let mut residual = SymBuffer::<bf16>::new(team, tokens * hidden)?;
+    let mut gamma = SymBuffer::<bf16>::new(team, hidden)?;
+    let mut out = SymBuffer::<bf16>::new(team, tokens * hidden)?;
+    let (xs, ws) = (fill(&mut x, seed)?, fill(&mut w, seed ^ 0x5EED)?);
+    // Residual and norm weights are the same on every rank (a replicated activation and parameter).
+    let same = |buf: &mut SymBuffer<bf16>, s: u64| -> Result<Vec<bf16>, VerifyError> {
+        let v: Vec<bf16> = pattern(s, 0, buf.len());
+        for rank in buf.local_ranks() {
+            buf.copy_from_host(rank, &v)?;
+        }
+        Ok(v)
+    };
+    let (res, g) = (same(&mut residual, seed ^ 0xA11)?, same(&mut gamma, seed ^ 0xB22)?);
+    let expected = reference::tp_decode(&xs, &ws, &res, &g, (tokens, hidden, crate::TP_RMS_EPS));
+    for round in 0..2 {
+        step.step(comm, variant, &x, &w, &residual, &gamma, &mut out)?;
+        let what = format!("tensor-parallel decode {shape:?} {variant:?} round {round}");
+        for rank in out.local_ranks() {
+            let found = out.to_host(rank)?;
+            let close = |e: &bf16, f: &bf16| (e.to_f32() - f.to_f32()).abs() <= e.to_f32().abs() / 64.0 + 1e-3;
+            if let Some(index) = expected.iter().zip(&found).position(|(e, f)| !close(e, f)) {
+                return Err(VerifyError::Mismatch {
+                    what,
+                    rank,
+                    index,
+                    expected: format!("{:?}", expected[index]),
+                    found: format!("{:?}", found[index]),
+                });
+            }
+        }
+    }
+    Ok(())
+}

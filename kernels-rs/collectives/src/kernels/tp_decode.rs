@@ -13,12 +13,12 @@
 //! (`sum_across_warps`) and the group's first warp stores the block's partial tile.
 
 use ferrocomm_device::kernel;
-use ferrocomm_device::math::fma;
+use ferrocomm_device::math::{fma, rsqrt};
 use ferrocomm_device::prelude::*;
-use ferrocomm_device::reduce::sum_across_warps;
+use ferrocomm_device::reduce::{sum_across_block, sum_across_warps};
 
 use crate::element::Element;
-use crate::layout::{TP_CHUNK_ROWS, TP_TILE_COLS, TP_WARPS, TpPlan};
+use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
 
 /// Tokens one warp accumulates: 4 × 8 `f32` per lane, which stay in registers.
 pub const TOKENS_PER_WARP: usize = 4;
@@ -172,4 +172,221 @@ pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
     let (sums, share) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
     store_tile(VectorsMut::of(partials), &plan, tile, split, &sums, &share);
+}
+
+/// What the epilogue of a decode step reads and writes besides the partial sums: the residual and the
+/// norm's weights (`tokens x hidden` and `hidden` `bf16`), the output (`tokens x hidden` `bf16`, on every
+/// rank), and the symmetric buffers the reduced tiles travel in: `gather` (`tiles x tokens x 256` `f32`:
+/// `y + residual`) and `squares` (`tiles x 16` `f32`: each tile's sum of squares per token).
+struct Epilogue<'a> {
+    residual: &'a [bf16],
+    gamma: &'a [bf16],
+    out: VectorsMut,
+    gather: SymSliceMut<f32>,
+    squares: SymSliceMut<f32>,
+}
+
+/// `[f32; 4]` from a vector of `f32` bits.
+#[inline(always)]
+fn floats(v: V16) -> [f32; 4] {
+    v.map(f32::from_bits)
+}
+
+/// Reduces tile `tile` (this block; the caller owns the tile): every (token, 4 columns) item sums the
+/// partial tiles `source(src, split)` (vectors of `[token][256]` `f32`) over every rank and split, adds the
+/// residual, and goes into every rank's `gather`; the tile's sums of squares per token go into every rank's
+/// `squares`. Then thread 0 raises every rank's `GATHERED` by one.
+#[inline(always)]
+fn reduce_tile(
+    plan: &TpPlan,
+    tile: usize,
+    e: &Epilogue<'_>,
+    session: &Session,
+    source: impl Fn(usize, usize) -> Vectors,
+) {
+    let (tokens, hidden, world) = (plan.tokens as usize, plan.hidden as usize, team::world() as usize);
+    let (t, threads) = Group::Block.position();
+    let mut squares = [0.0f32; TP_MAX_TOKENS];
+    let mut i = t;
+    while i < tokens * TP_TILE_COLS / 4 {
+        let (j, g) = (i / (TP_TILE_COLS / 4), i % (TP_TILE_COLS / 4));
+        let col = tile * TP_TILE_COLS + 4 * g;
+        if col < hidden {
+            let mut z = [0.0f32; 4];
+            for src in 0..world {
+                for split in 0..plan.splits as usize {
+                    let p = floats(source(src, split).load(i));
+                    for (z, p) in z.iter_mut().zip(p) {
+                        *z += p;
+                    }
+                }
+            }
+            for (c, z) in z.iter_mut().enumerate() {
+                *z += e.residual[j * hidden + col + c].to_f32();
+                squares[j] = fma(*z, *z, squares[j]);
+            }
+            let at = (tile * tokens * TP_TILE_COLS) / 4 + i;
+            for ch in session.peers().chain(core::iter::once(session.channel(team::rank()))) {
+                ch.remote(e.gather).vectors().store(at, z.map(f32::to_bits));
+            }
+        }
+        i += threads;
+    }
+    let squares = sum_across_block(squares);
+    if t < TP_MAX_TOKENS / 4 {
+        let v = [0, 1, 2, 3].map(|c| squares[4 * t + c].to_bits());
+        for ch in session.peers().chain(core::iter::once(session.channel(team::rank()))) {
+            ch.remote(e.squares).vectors().store(tile * TP_MAX_TOKENS / 4 + t, v);
+        }
+    }
+    // The block's stores, then one release per rank that covers them.
+    sync_threads();
+    if t == 0 {
+        for q in 0..world as u32 {
+            session.channel(q).signal(tp_pad::GATHERED).add_release(1);
+        }
+    }
+}
+
+/// Waits until every tile has been gathered here, then writes this block's share of the output:
+/// `out[j, h] = (y + residual)[j, h] / sqrt(mean_h((y + residual)[j]²) + eps) * gamma[h]`, 8 columns per item.
+#[inline(always)]
+fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
+    let (tokens, hidden, tiles) = (plan.tokens as usize, plan.hidden as usize, plan.tiles as usize);
+    if thread_rank() == 0 {
+        session.local(tp_pad::GATHERED).wait_ge(session.epoch() * tiles as u64);
+    }
+    sync_threads();
+    let eps = f32::from_bits(plan.eps_bits as u32);
+    let (gather, squares) = (e.gather.local().as_const().vectors(), e.squares.local().as_const().vectors());
+    let (mut i, stride) = (global_thread_idx(), global_threads());
+    while i < tokens * hidden / 8 {
+        let (j, col) = (i / (hidden / 8), 8 * (i % (hidden / 8)));
+        let mut sum = 0.0f32;
+        for tile in 0..tiles {
+            sum += floats(squares.load(tile * TP_MAX_TOKENS / 4 + j / 4))[j % 4];
+        }
+        let inv = rsqrt(sum / hidden as f32 + eps);
+        let (tile, c) = (col / TP_TILE_COLS, col % TP_TILE_COLS);
+        let at = ((tile * tokens + j) * TP_TILE_COLS + c) / 4;
+        let (lo, hi) = (floats(gather.load(at)), floats(gather.load(at + 1)));
+        let g = <bf16 as Element>::unpack(Vectors::of(e.gamma).load(col / 8));
+        let z = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+        let mut y = [0.0f32; 8];
+        for ((y, z), g) in y.iter_mut().zip(z).zip(g) {
+            *y = z * inv * g;
+        }
+        e.out.store(i, <bf16 as Element>::pack(y));
+        i += stride;
+    }
+}
+
+/// The epilogue of the two-kernel decode step: every rank's [`tp_gemv`](fn@tp_gemv) partial sums (in
+/// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`), with the
+/// residual added, gathered to every rank, and normalised (RMSNorm with `gamma`) into `out`. Raises
+/// `ready` as it starts, so a peer reads this rank's partials only once its GEMV (earlier in the stream)
+/// is done. Launch `plan.tiles` blocks of `TP_WARPS` warps with
+/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+#[kernel(requires(
+    len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
+    len(gather) >= plan.tiles * plan.tokens * 256,
+    len(squares) >= plan.tiles * 16,
+    len(residual) >= plan.tokens * plan.hidden,
+    len(gamma) >= plan.hidden,
+    len(out) >= plan.tokens * plan.hidden
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn tp_reduce_norm(
+    partials: SymSlice<f32>,
+    gather: SymSliceMut<f32>,
+    squares: SymSliceMut<f32>,
+    residual: &[bf16],
+    gamma: &[bf16],
+    out: &mut [bf16],
+    pad: SignalPad,
+    plan: TpPlan,
+) {
+    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    let session = pad.session();
+    let epoch = session.epoch();
+    let e = Epilogue { residual, gamma, out: VectorsMut::of(out), gather, squares };
+    if block_rank() == 0 && thread_rank() == 0 {
+        for ch in session.peers() {
+            ch.signal(tp_pad::ready(rank)).set_release(epoch);
+        }
+    }
+    let tile = block_rank() as usize;
+    if tile < plan.tiles as usize && tile % world == rank {
+        if thread_rank() == 0 {
+            for ch in session.peers() {
+                ch.inbox(tp_pad::ready(ch.peer() as usize)).wait_ge(epoch);
+            }
+        }
+        sync_threads();
+        let peers: [Option<PeerSlice<f32>>; crate::layout::MAX_WORLD] =
+            core::array::from_fn(|q| (q < world).then(|| session.channel(q as u32).remote_input(partials)));
+        reduce_tile(&plan, tile, &e, &session, |src, split| {
+            let p = peers[src].expect("a rank of the team");
+            p.vectors().sub(plan.partial(tile, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
+        });
+    }
+    normalize(&plan, &e, &session);
+}
+
+/// The one-kernel decode step: each block computes its partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores
+/// it straight into the tile owner's `partials` (region `rank`: `world` regions of `plan.partials_len()`),
+/// then adds one to the owner's `arrived(tile)`; the owner's split-0 block of each tile waits for all of them,
+/// reduces the tile with the residual, gathers it to every rank, and every block then normalises its share of
+/// `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
+/// `sum_across_warps_bytes(32, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+#[kernel(requires(
+    len(w) == plan.k_local * plan.hidden,
+    len(x) >= plan.tokens * plan.k_local,
+    len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
+    len(gather) >= plan.tiles * plan.tokens * 256,
+    len(squares) >= plan.tiles * 16,
+    len(residual) >= plan.tokens * plan.hidden,
+    len(gamma) >= plan.hidden,
+    len(out) >= plan.tokens * plan.hidden
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn tp_fused(
+    x: &[bf16],
+    w: &[bf16],
+    partials: SymSliceMut<f32>,
+    gather: SymSliceMut<f32>,
+    squares: SymSliceMut<f32>,
+    residual: &[bf16],
+    gamma: &[bf16],
+    out: &mut [bf16],
+    pad: SignalPad,
+    plan: TpPlan,
+) {
+    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    let session = pad.session();
+    let splits = plan.splits as usize;
+    let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
+    let owner = session.channel((tile % world) as u32);
+    let region = plan.partials_len();
+    let (sums, share) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    // This rank's region of the owner's partials, which the owner reads only after every block's add below.
+    let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
+    store_tile(to, &plan, tile, split, &sums, &share);
+    sync_threads();
+    if thread_rank() == 0 {
+        owner.signal(tp_pad::arrived(tile)).add_release(1);
+    }
+    let e = Epilogue { residual, gamma, out: VectorsMut::of(out), gather, squares };
+    if tile % world == rank && split == 0 {
+        if thread_rank() == 0 {
+            let all = (world * splits) as u64;
+            session.local(tp_pad::arrived(tile)).wait_ge(session.epoch() * all);
+        }
+        sync_threads();
+        let mine = partials.local().as_const().vectors();
+        reduce_tile(&plan, tile, &e, &session, |src, split| {
+            mine.sub((src * region + plan.partial(tile, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
+        });
+    }
+    normalize(&plan, &e, &session);
 }
