@@ -1,6 +1,7 @@
-//! The tensor-parallel decode step's GEMV alone (the row-parallel linear layer's product on each rank,
-//! `x[tokens, K/world] · W[K/world, H]` in bf16), verified and timed from CUDA-graph replays, with the HBM
-//! bandwidth it reaches.
+//! The tensor-parallel decode step — `out = rmsnorm(all-reduce(x[tokens, K/world] · W[K/world, H]) +
+//! residual) · gamma` in bf16 — verified and timed from CUDA-graph replays: the GEMV alone, with the HBM
+//! bandwidth it reaches, then the whole step in two kernels (GEMV, then the all-reduce fused with the
+//! residual and the norm) and in one (each block pushes its finished tile).
 //!
 //! ```sh
 //! cargo run --release --example tp_decode
@@ -12,9 +13,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use ferrocomm::Backend;
 use ferrocomm_examples::all_reduce::GraphRuns;
-use ferrocomm_examples::tp_decode::gemv;
+use ferrocomm_examples::tp_decode::{gemv, step};
 use ferrocomm_examples::{ExampleError, Platform, open_team};
-use ferrocomm_kernels::{Communicator, TpShape};
+use ferrocomm_kernels::{Communicator, TpShape, TpVariant};
 
 /// The split-K GEMV of tensor-parallel decode on every GPU present (or the CPU emulator).
 #[derive(Debug, Parser)]
@@ -42,6 +43,15 @@ fn run(args: &Args) -> Result<(), ExampleError> {
         for &tokens in &args.tokens {
             let shape = TpShape { tokens, hidden: h, k: h };
             println!("  {}", gemv(&mut comm, shape, runs, i as u64)?.line());
+        }
+    }
+    println!("the whole step (GEMV, all-reduce, residual, RMSNorm), time per step from graph replays:");
+    for (i, &h) in hidden.iter().enumerate() {
+        for &tokens in &args.tokens {
+            let shape = TpShape { tokens, hidden: h, k: h };
+            for variant in [TpVariant::TwoKernels, TpVariant::Fused] {
+                println!("  {}", step(&mut comm, shape, variant, runs, i as u64)?.line());
+            }
         }
     }
     Ok(())

@@ -1,11 +1,12 @@
-//! The tensor-parallel decode step's GEMV alone: checked against the CPU reference, then timed from CUDA
-//! graph replays, with the HBM bandwidth it reaches (each weight is read once, so the figure is the weight
-//! bytes of every rank on a GPU over the time).
+//! The tensor-parallel decode step (the row-parallel linear layer, the all-reduce, the residual add and an
+//! RMSNorm), checked against the CPU reference and timed from CUDA-graph replays: the GEMV alone, with the
+//! HBM bandwidth it reaches (each weight is read once, so the figure is the weight bytes of every rank on a
+//! GPU over the time), and the whole step by each variant.
 
 use ferrocomm::SymBuffer;
 use ferrocomm_device::bf16;
 use ferrocomm_kernels::verify::{self, pattern};
-use ferrocomm_kernels::{Communicator, TpShape};
+use ferrocomm_kernels::{Communicator, TpDecode, TpShape, TpVariant};
 
 use crate::ExampleError;
 use crate::all_reduce::GraphRuns;
@@ -74,4 +75,64 @@ pub fn gemv(
     let ranks_per_gpu = crate::team::ranks_per_gpu(team);
     let on_gpus = team.backend() == ferrocomm::Backend::Cuda;
     Ok(GemvResult { shape, ranks_per_gpu, weight_bytes: w.len() * size_of::<bf16>(), timing, on_gpus })
+}
+
+/// One decode step of one shape by one variant: verified, and how long a step took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// The shape.
+    pub shape: TpShape,
+    /// How the step ran.
+    pub variant: TpVariant,
+    /// Time per step from graph replays.
+    pub timing: Timing,
+}
+
+impl StepResult {
+    /// One line: `tokens 1  hidden 8192  k 8192  Fused: 21.30 us per step   verified`.
+    pub fn line(&self) -> String {
+        let s = self.shape;
+        let variant = format!("{:?}", self.variant);
+        format!(
+            "tokens {:>2}  hidden {:>5}  k {:>5}  {variant:<10}: {:>10.2} us per step   verified",
+            s.tokens,
+            s.hidden,
+            s.k,
+            self.timing.median_us()
+        )
+    }
+}
+
+/// Verifies a decode step of `shape` by `variant` (`verify::tp_decode`), then times a graph of
+/// `runs.ops_per_graph` steps on the same buffers.
+pub fn step(
+    comm: &mut Communicator<'_>,
+    shape: TpShape,
+    variant: TpVariant,
+    runs: GraphRuns,
+    seed: u64,
+) -> Result<StepResult, ExampleError> {
+    verify::tp_decode(comm, shape, variant, seed)?;
+    let team = comm.team();
+    let k_local = shape.k_local(team.world());
+    let mut decode = TpDecode::new(comm, shape)?;
+    let buf = |len: usize, s: u64| -> Result<SymBuffer<bf16>, ExampleError> {
+        let mut b = SymBuffer::<bf16>::new(team, len)?;
+        for rank in team.local_ranks() {
+            b.copy_from_host(rank, &pattern::<bf16>(s, rank, len))?;
+        }
+        Ok(b)
+    };
+    let (x, w) = (buf(shape.tokens * k_local, seed)?, buf(k_local * shape.hidden, seed + 1)?);
+    let (residual, gamma) = (buf(shape.tokens * shape.hidden, seed + 2)?, buf(shape.hidden, seed + 3)?);
+    let mut out = SymBuffer::<bf16>::new(team, shape.tokens * shape.hidden)?;
+    let ops = runs.ops_per_graph.max(1);
+    let graph = comm.capture(|comm| {
+        for _ in 0..ops {
+            decode.step(comm, variant, &x, &w, &residual, &gamma, &mut out)?;
+        }
+        Ok(())
+    })?;
+    let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
+    Ok(StepResult { shape, variant, timing })
 }

@@ -138,9 +138,13 @@ fn tensor_parallel_gemv_verified_and_timed() {
     let team = emulated(2);
     let mut comm = Communicator::new(&team).unwrap();
     for tokens in [1, 6] {
-        let shape = ferrocomm_kernels::TpShape { tokens, hidden: 264, k: 40 };
+        let shape = ferrocomm_kernels::TpShape { tokens, hidden: 72, k: 16 };
         let r = ok(ferrocomm_examples::tp_decode::gemv(&mut comm, shape, GraphRuns::EMULATOR, 3));
         assert!(r.line().contains("verified") && !r.on_gpus, "{}", r.line());
+        for variant in [ferrocomm_kernels::TpVariant::TwoKernels, ferrocomm_kernels::TpVariant::Fused] {
+            let r = ok(ferrocomm_examples::tp_decode::step(&mut comm, shape, variant, GraphRuns::EMULATOR, 4));
+            assert!(r.line().contains("verified"), "{}", r.line());
+        }
     }
 }
 
