@@ -84,37 +84,6 @@ pub fn all_to_all<T: Copy>(sends: &[Vec<T>], send_counts: &[Vec<u32>], row_len: 
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferrocomm_device::bf16;
-
-    #[test]
-    fn reductions_accumulate_in_f32_and_round_once() {
-        // 1 + 2^-8 + 2^-8 in bf16: pairwise rounding loses both (each sum is a tie, rounded to even 1.0),
-        // f32 accumulation keeps 2^-7.
-        let x = |v: f32| vec![bf16::from_f32(v)];
-        let out = all_reduce(&[x(1.0), x(1.0 / 256.0), x(1.0 / 256.0)], Op::Sum);
-        assert_eq!(out[0].to_f32(), 1.0 + 1.0 / 128.0);
-        assert_eq!(all_reduce(&[vec![1.0f32, 5.0], vec![3.0, 2.0]], Op::Max), [3.0, 5.0]);
-        assert_eq!(all_reduce(&[vec![1.0f32, 5.0], vec![3.0, 2.0]], Op::Min), [1.0, 2.0]);
-    }
-
-    #[test]
-    fn scatter_gather_and_all_to_all() {
-        let inputs = vec![vec![1.0f32, 2.0, 3.0, 4.0], vec![10.0, 20.0, 30.0, 40.0]];
-        assert_eq!(reduce_scatter(&inputs, Op::Sum), [vec![11.0, 22.0], vec![33.0, 44.0]]);
-        assert_eq!(reduce_scatter::<f32>(&[vec![], vec![]], Op::Sum), [Vec::<f32>::new(), Vec::new()]);
-        assert_eq!(all_gather(&[vec![1, 2], vec![3, 4]]), [1, 2, 3, 4]);
-        assert_eq!(broadcast(&[vec![1, 2], vec![3, 4]], 1), [3, 4]);
-        // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 0 and 1.
-        let sends = vec![vec![1, 1, 2, 2, 3, 3], vec![7, 7, 0, 0]];
-        let got = all_to_all(&sends, &[vec![1, 2], vec![0, 1]], 2);
-        assert_eq!(got[0], Received { counts: vec![1, 0], rows: vec![vec![1, 1], vec![]] });
-        assert_eq!(got[1], Received { counts: vec![2, 1], rows: vec![vec![2, 2, 3, 3], vec![7, 7]] });
-    }
-}
-
 /// One rank's tensor-parallel product in `f32`: `x` (`tokens x k_local`) times `w` (`k_local x hidden`),
 /// as `tokens x hidden`, each sum in row order.
 pub fn tp_gemv(x: &[bf16], w: &[bf16], tokens: usize, hidden: usize) -> Vec<f32> {
@@ -154,4 +123,35 @@ pub fn tp_decode(
         out.extend(z.iter().zip(gamma).map(|(z, g)| bf16::from_f32(z * inv * g.to_f32())));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrocomm_device::bf16;
+
+    #[test]
+    fn reductions_accumulate_in_f32_and_round_once() {
+        // 1 + 2^-8 + 2^-8 in bf16: pairwise rounding loses both (each sum is a tie, rounded to even 1.0),
+        // f32 accumulation keeps 2^-7.
+        let x = |v: f32| vec![bf16::from_f32(v)];
+        let out = all_reduce(&[x(1.0), x(1.0 / 256.0), x(1.0 / 256.0)], Op::Sum);
+        assert_eq!(out[0].to_f32(), 1.0 + 1.0 / 128.0);
+        assert_eq!(all_reduce(&[vec![1.0f32, 5.0], vec![3.0, 2.0]], Op::Max), [3.0, 5.0]);
+        assert_eq!(all_reduce(&[vec![1.0f32, 5.0], vec![3.0, 2.0]], Op::Min), [1.0, 2.0]);
+    }
+
+    #[test]
+    fn scatter_gather_and_all_to_all() {
+        let inputs = vec![vec![1.0f32, 2.0, 3.0, 4.0], vec![10.0, 20.0, 30.0, 40.0]];
+        assert_eq!(reduce_scatter(&inputs, Op::Sum), [vec![11.0, 22.0], vec![33.0, 44.0]]);
+        assert_eq!(reduce_scatter::<f32>(&[vec![], vec![]], Op::Sum), [Vec::<f32>::new(), Vec::new()]);
+        assert_eq!(all_gather(&[vec![1, 2], vec![3, 4]]), [1, 2, 3, 4]);
+        assert_eq!(broadcast(&[vec![1, 2], vec![3, 4]], 1), [3, 4]);
+        // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 0 and 1.
+        let sends = vec![vec![1, 1, 2, 2, 3, 3], vec![7, 7, 0, 0]];
+        let got = all_to_all(&sends, &[vec![1, 2], vec![0, 1]], 2);
+        assert_eq!(got[0], Received { counts: vec![1, 0], rows: vec![vec![1, 1], vec![]] });
+        assert_eq!(got[1], Received { counts: vec![2, 1], rows: vec![vec![2, 2, 3, 3], vec![7, 7]] });
+    }
 }

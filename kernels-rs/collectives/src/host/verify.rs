@@ -338,24 +338,6 @@ fn iterate_sum<T: Reducible>(inputs: &[Vec<T>], i: usize, times: usize) -> T {
     v
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iterated_sums_match_the_reference_applied_repeatedly() {
-        let inputs: Vec<Vec<bf16>> = (0..3).map(|r| pattern(9, r, 5)).collect();
-        for times in 0..4 {
-            let mut column = inputs.clone();
-            for _ in 0..times {
-                column = vec![reference::all_reduce(&column, Op::Sum); inputs.len()];
-            }
-            let found: Vec<bf16> = (0..5).map(|i| iterate_sum(&inputs, i, times)).collect();
-            assert_eq!(found, column[0], "{times} all-reduces");
-        }
-    }
-}
-
 /// The tensor-parallel GEMV of `shape`: each rank's partial tiles, summed over the splits on the host,
 /// against [`reference::tp_gemv`] of its shard. The inputs are multiples of 1/4 in [-2, 2], so every sum is
 /// exact in `f32` and the comparison is exact.
@@ -431,4 +413,22 @@ pub fn tp_decode(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iterated_sums_match_the_reference_applied_repeatedly() {
+        let inputs: Vec<Vec<bf16>> = (0..3).map(|r| pattern(9, r, 5)).collect();
+        for times in 0..4 {
+            let mut column = inputs.clone();
+            for _ in 0..times {
+                column = vec![reference::all_reduce(&column, Op::Sum); inputs.len()];
+            }
+            let found: Vec<bf16> = (0..5).map(|i| iterate_sum(&inputs, i, times)).collect();
+            assert_eq!(found, column[0], "{times} all-reduces");
+        }
+    }
 }

@@ -99,7 +99,7 @@ fn with_barriers<R>(f: impl FnOnce(&mut HashMap<usize, Barrier>) -> R) -> R {
 }
 
 #[track_caller]
-fn barrier<'a>(bars: &'a mut HashMap<usize, Barrier>, bar: usize) -> &'a mut Barrier {
+fn barrier(bars: &mut HashMap<usize, Barrier>, bar: usize) -> &mut Barrier {
     match bars.get_mut(&bar) {
         Some(b) => b,
         None => panic!("mbarrier at shared address {bar:#x} used before `mbarrier_init`"),
