@@ -286,7 +286,8 @@ struct Ring {
 /// stores, a stage per chunk, and copies the head and tail of fewer than 16 bytes itself; bodies shorter
 /// than one stage, copies whose source and destination are not equally aligned, and builds without TMA
 /// copy with every thread's 16-byte loads and stores, as [`put`] does. Either way a call returns when the
-/// copy is complete and every thread of the block may rely on it.
+/// copy is complete and every thread of the block may rely on it. The ring is the whole dynamic shared
+/// memory: a kernel that copies this way does not also use it for [`reduce`](crate::reduce) calls.
 ///
 /// ```
 /// use ferrocomm_device::bulk::BulkCopier;

@@ -1,6 +1,8 @@
 //! Block-wide reductions through the block's dynamic shared memory, safe to call: each function separates
 //! its shared-memory writes from its reads with block barriers itself, so no caller can race them. Every
-//! thread of the block calls them (they contain barriers), with blocks of whole warps.
+//! thread of the block calls them (they contain barriers), with blocks of whole warps. They use the start
+//! of the dynamic shared memory, as a [`BulkCopier`](crate::bulk::BulkCopier)'s ring does: a kernel uses
+//! one or the other.
 
 use crate::index::{block_size, lane_id, warp_id, warps_per_block};
 use crate::shared::dynamic_shared;
