@@ -49,7 +49,7 @@ fn run(args: &Args) -> Result<(), ExampleError> {
     for (i, &h) in hidden.iter().enumerate() {
         for &tokens in &args.tokens {
             let shape = TpShape { tokens, hidden: h, k: h };
-            for variant in [TpVariant::TwoKernels, TpVariant::Fused] {
+            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
                 println!("  {}", step(&mut comm, shape, variant, runs, i as u64)?.line());
             }
         }

@@ -456,15 +456,15 @@ fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
 }
 
 #[test]
-fn tensor_parallel_decode_steps_both_variants() {
+fn tensor_parallel_decode_steps_every_variant() {
     use ferrocomm_kernels::{TpShape, TpVariant};
     for world in [2, 4] {
         let team = team(world);
         let mut comm = Communicator::new(&team).unwrap();
-        for (i, (tokens, hidden, k)) in
-            [(1, 64, 16 * world), (3, 520, 9 * world), (6, 264, 24 * world)].into_iter().enumerate()
-        {
-            for variant in [TpVariant::TwoKernels, TpVariant::Fused] {
+        // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread.
+        let shapes = [(1, 64, 16 * world), (3, 520, 9 * world), (6, 264, 24 * world)];
+        for (i, &(tokens, hidden, k)) in shapes.iter().take(if world == 2 { 3 } else { 2 }).enumerate() {
+            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
                 check(verify::tp_decode(&mut comm, TpShape { tokens, hidden, k }, variant, i as u64));
             }
         }

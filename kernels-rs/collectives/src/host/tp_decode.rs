@@ -5,7 +5,7 @@ use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
 use ferrocomm_device::bf16;
 use ferrocomm_device::reduce::{sum_across_block_bytes, sum_across_warps_bytes};
 
-use super::{CommError, Communicator};
+use super::{CommError, Communicator, Op};
 use crate::kernels::tp_decode::{self, TOKENS_PER_WARP};
 use crate::layout::{TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
 
@@ -94,6 +94,9 @@ impl Communicator<'_> {
 /// How a decode step runs (see [`TpDecode::step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TpVariant {
+    /// The GEMV, the sum of its splits, the library's all-reduce and a norm kernel, one after the other:
+    /// the layer as separate kernels (what a CPU-orchestrated stack runs, with its own all-reduce).
+    ThreeKernels,
     /// The GEMV, then the fused all-reduce, residual and RMSNorm: two kernels.
     TwoKernels,
     /// One kernel: each block pushes its finished tile to the tile's owner as soon as it is done; the
@@ -109,6 +112,8 @@ pub struct TpDecode {
     plan: TpPlan,
     fused: TpPlan,
     partials: SymBuffer<f32>,
+    /// The three-kernel step's split sums, which its all-reduce sums over the ranks.
+    y: SymBuffer<f32>,
     gather: SymBuffer<f32>,
     squares: SymBuffer<f32>,
     two_pad: SignalPadBuffer,
@@ -147,6 +152,7 @@ impl TpDecode {
             plan,
             fused,
             partials: SymBuffer::new(team, len)?,
+            y: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
             gather: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
             squares: SymBuffer::new(team, plan.tiles as usize * TP_MAX_TOKENS)?,
             two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
@@ -182,6 +188,20 @@ impl TpDecode {
         len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
         let threads = (TP_WARPS * 32) as u32;
         match variant {
+            TpVariant::ThreeKernels => {
+                let plan = self.plan;
+                comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;
+                let items = self.y.len().div_ceil(4);
+                let cfg = LaunchConfig::new(
+                    items.div_ceil(threads as usize).clamp(1, comm.tuning().max_blocks as usize) as u32,
+                    threads,
+                );
+                tp_decode::tp_split_sum::launch(comm.team(), cfg, &self.partials, &mut self.y, plan)?.wait()?;
+                comm.all_reduce(&mut self.y, Op::Sum)?.wait()?;
+                let cfg = LaunchConfig::new(tokens as u32, threads)
+                    .with_shared_bytes(sum_across_block_bytes(1, TP_WARPS) as u32);
+                tp_decode::tp_norm::launch(comm.team(), cfg, &self.y, residual, gamma, out, plan)?.wait()?;
+            }
             TpVariant::TwoKernels => {
                 let plan = self.plan;
                 comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;

@@ -390,3 +390,78 @@ pub fn tp_fused(
     }
     normalize(&plan, &e, &session);
 }
+
+/// The three-kernel step's middle: `y[tile][token][256]` = the sum over the splits of this rank's
+/// [`tp_gemv`](fn@tp_gemv) partial tiles, which the library's all-reduce then sums over the ranks.
+#[kernel(
+    no_wait,
+    requires(len(partials) >= plan.tiles * plan.splits * plan.tokens * 256, len(y) >= plan.tiles * plan.tokens * 256)
+)]
+pub fn tp_split_sum(partials: &[f32], y: &mut [f32], plan: TpPlan) {
+    let (tokens, splits) = (plan.tokens as usize, plan.splits as usize);
+    let (from, to) = (Vectors::of(partials), VectorsMut::of(y));
+    let per_tile = tokens * TP_TILE_COLS / 4;
+    let (mut i, stride) = (global_thread_idx(), global_threads());
+    while i < plan.tiles as usize * per_tile {
+        let (tile, k) = (i / per_tile, i % per_tile);
+        let mut sum = [0.0f32; 4];
+        for split in 0..splits {
+            for (s, p) in sum.iter_mut().zip(floats(from.load(plan.partial(tile, split) / 4 + k))) {
+                *s += p;
+            }
+        }
+        to.store(i, sum.map(f32::to_bits));
+        i += stride;
+    }
+}
+
+/// The three-kernel step's last: block `j` normalises token `j`: `out[j] = (y[j] + residual[j]) /
+/// sqrt(mean((y[j] + residual[j])²) + eps) * gamma`, with `y` as [`tp_split_sum`](fn@tp_split_sum) lays it
+/// out (after the all-reduce). Launch `plan.tokens` blocks of whole warps with
+/// `sum_across_block_bytes(1, warps)` bytes of dynamic shared memory.
+#[kernel(
+    no_wait,
+    requires(
+        len(y) >= plan.tiles * plan.tokens * 256,
+        len(residual) >= plan.tokens * plan.hidden,
+        len(gamma) >= plan.hidden,
+        len(out) >= plan.tokens * plan.hidden
+    )
+)]
+pub fn tp_norm(y: &[f32], residual: &[bf16], gamma: &[bf16], out: &mut [bf16], plan: TpPlan) {
+    let (tokens, hidden) = (plan.tokens as usize, plan.hidden as usize);
+    let j = block_rank() as usize;
+    let (t, threads) = Group::Block.position();
+    let (y, out) = (Vectors::of(y), VectorsMut::of(out));
+    // Columns `col .. col + 8` of token `j`: `y + residual`.
+    let z = |col: usize| {
+        let at = ((col / TP_TILE_COLS * tokens + j) * TP_TILE_COLS + col % TP_TILE_COLS) / 4;
+        let (lo, hi) = (floats(y.load(at)), floats(y.load(at + 1)));
+        let r = <bf16 as Element>::unpack(Vectors::of(residual).load((j * hidden + col) / 8));
+        [lo[0] + r[0], lo[1] + r[1], lo[2] + r[2], lo[3] + r[3], hi[0] + r[4], hi[1] + r[5], hi[2] + r[6], hi[3] + r[7]]
+    };
+    let mut squares = 0.0f32;
+    if j < tokens {
+        let mut col = 8 * t;
+        while col < hidden {
+            for v in z(col) {
+                squares = fma(v, v, squares);
+            }
+            col += 8 * threads;
+        }
+    }
+    let [total] = sum_across_block([squares]);
+    if j < tokens {
+        let inv = rsqrt(total / hidden as f32 + f32::from_bits(plan.eps_bits as u32));
+        let mut col = 8 * t;
+        while col < hidden {
+            let g = <bf16 as Element>::unpack(Vectors::of(gamma).load(col / 8));
+            let mut o = z(col);
+            for (o, g) in o.iter_mut().zip(g) {
+                *o *= inv * g;
+            }
+            out.store((j * hidden + col) / 8, <bf16 as Element>::pack(o));
+            col += 8 * threads;
+        }
+    }
+}
