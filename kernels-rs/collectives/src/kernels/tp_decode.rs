@@ -1,6 +1,10 @@
 //! Tensor-parallel decode: the row-parallel linear layer's product on each rank,
 //! `y_partial[tokens, hidden] = x[tokens, k_local] · w[k_local, hidden]` in `bf16` with `f32` accumulation,
-//! as split-K partial sums that the all-reduce (and its epilogue) adds up.
+//! as split-K partial sums, then their sum over the ranks, the residual add and an RMSNorm — as three
+//! kernels and the library's all-reduce ([`tp_gemv`](fn@tp_gemv), [`tp_split_sum`](fn@tp_split_sum), the
+//! all-reduce, [`tp_norm`](fn@tp_norm)), as two ([`tp_gemv`](fn@tp_gemv), then
+//! [`tp_reduce_norm`](fn@tp_reduce_norm)), or as one ([`tp_fused`](fn@tp_fused): each block pushes its tile
+//! to the tile's owner as soon as it is done).
 //!
 //! Block `g` of the `tiles * splits` grid computes tile `g / splits` (columns `256t .. 256t + 256`) over the
 //! rows of split `g % splits`. Lane `l` of each warp owns 8 columns (one 16-byte vector of weights per row),
