@@ -10,7 +10,7 @@
 //! | [`all_reduce_ll`] | `all_reduce_ll_{f32,f16,bf16}`: one-shot LL all-reduce for small messages |
 //! | [`one_shot`] | `one_shot_{f32,f16,bf16}`: one-shot push all-reduce for mid-size messages |
 //! | [`two_shot`] | `two_shot_{f32,f16,bf16}`: all-reduce for large messages, reduce-scatter |
-//! | [`tp_decode`] | the tensor-parallel decode step: `tp_gemv`, `tp_split_sum`, `tp_norm`, `tp_reduce_norm`, `tp_fused` |
+//! | [`tp_decode`] | tensor-parallel decode: `tp_gemv`, `tp_split_sum`, `tp_norm`, `tp_reduce_norm`, `tp_fused` |
 //! | [`proxy`] | the device side of the host-proxy baseline (descriptor ring), and a device clock stamp |
 
 //!
