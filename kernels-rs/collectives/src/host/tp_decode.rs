@@ -74,11 +74,7 @@ impl Communicator<'_> {
         partials: &'a mut SymBuffer<f32>,
         plan: TpPlan,
     ) -> Result<LaunchGuard<'a>, CommError> {
-        let len = |what, expected: usize, found: usize| {
-            if found == expected { Ok(()) } else { Err(CommError::LengthMismatch { what, expected, found }) }
-        };
-        len("tensor-parallel weights (k_local x hidden)", (plan.k_local * plan.hidden) as usize, w.len())?;
-        len("tensor-parallel input (tokens x k_local)", (plan.tokens * plan.k_local) as usize, x.len())?;
+        check_operands(plan, x, w)?;
         if partials.len() < plan.partials_len() {
             let (what, expected) =
                 ("tensor-parallel partial sums (at least TpPlan::partials_len)", plan.partials_len());
@@ -89,6 +85,17 @@ impl Communicator<'_> {
             .with_shared_bytes(sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS) as u32);
         Ok(tp_decode::tp_gemv::launch(self.team(), cfg, x, w, partials, plan)?)
     }
+}
+
+/// `found` elements where `what` needs exactly `expected`.
+fn exact_len(what: &'static str, expected: usize, found: usize) -> Result<(), CommError> {
+    if found == expected { Ok(()) } else { Err(CommError::LengthMismatch { what, expected, found }) }
+}
+
+/// The product's operands have `plan`'s shape: `w` is `k_local x hidden`, `x` is `tokens x k_local`.
+fn check_operands(plan: TpPlan, x: &SymBuffer<bf16>, w: &SymBuffer<bf16>) -> Result<(), CommError> {
+    exact_len("tensor-parallel weights (k_local x hidden)", (plan.k_local * plan.hidden) as usize, w.len())?;
+    exact_len("tensor-parallel input (tokens x k_local)", (plan.tokens * plan.k_local) as usize, x.len())
 }
 
 /// How a decode step runs (see [`TpDecode::step`]).
@@ -180,12 +187,9 @@ impl TpDecode {
         out: &mut SymBuffer<bf16>,
     ) -> Result<(), CommError> {
         let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
-        let len = |what, expected: usize, found: usize| {
-            if found == expected { Ok(()) } else { Err(CommError::LengthMismatch { what, expected, found }) }
-        };
-        len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
-        len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
-        len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
+        exact_len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
+        exact_len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
+        exact_len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
         let threads = (TP_WARPS * 32) as u32;
         match variant {
             TpVariant::ThreeKernels => {
@@ -224,8 +228,7 @@ impl TpDecode {
             }
             TpVariant::Fused => {
                 let plan = self.fused;
-                len("tensor-parallel weights (k_local x hidden)", (plan.k_local * plan.hidden) as usize, w.len())?;
-                len("tensor-parallel input (tokens x k_local)", (plan.tokens * plan.k_local) as usize, x.len())?;
+                check_operands(plan, x, w)?;
                 let shared = sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS)
                     .max(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS));
                 let cfg =

@@ -230,7 +230,7 @@ fn reduce_tile(
                 squares[j] = fma(*z, *z, squares[j]);
             }
             let at = (tile * tokens * TP_TILE_COLS) / 4 + i;
-            for ch in session.peers().chain(core::iter::once(session.channel(team::rank()))) {
+            for ch in (0..world as u32).map(|q| session.channel(q)) {
                 ch.remote(e.gather).vectors().store(at, z.map(f32::to_bits));
             }
         }
@@ -239,7 +239,7 @@ fn reduce_tile(
     let squares = sum_across_block(squares);
     if t < TP_MAX_TOKENS / 4 {
         let v = [0, 1, 2, 3].map(|c| squares[4 * t + c].to_bits());
-        for ch in session.peers().chain(core::iter::once(session.channel(team::rank()))) {
+        for ch in (0..world as u32).map(|q| session.channel(q)) {
             ch.remote(e.squares).vectors().store(tile * TP_MAX_TOKENS / 4 + t, v);
         }
     }
