@@ -86,6 +86,11 @@ pub struct BenchArgs {
     /// and with none (`gpu-lsu`), from which the report recommends `Tuning::bulk_min_bytes`.
     #[arg(long)]
     pub copy_paths: bool,
+    /// Also measure the gpu series on a traced team (`gpu-traced`: trace mode on, every event recorded),
+    /// and report trace mode's cost beside the targets (≤ 10 % on the ping-pong, ≤ 3 % on a 1 MiB
+    /// all-reduce).
+    #[arg(long)]
+    pub traced: bool,
     /// Element type of the collectives.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
@@ -523,6 +528,9 @@ fn measure_all(
             runs.extend(
                 crate::ferro::gpu_mode::COPY_PATHS.iter().map(|(_, label)| (mode, Some((*label).to_owned()), 0)),
             );
+        }
+        if mode == Mode::Gpu && args.traced {
+            runs.push((mode, Some(crate::model::TRACED_LABEL.to_owned()), 0));
         }
         if mode == Mode::Gpu {
             runs.extend(

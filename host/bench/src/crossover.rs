@@ -70,7 +70,7 @@ pub fn compare(data: &BenchData, op: Operation, a: &Series, b: &Series) -> Optio
 /// The fastest of the tool's own series (not anchors) at each size two or more of them measured, as spans.
 /// The series of the current span keeps the lead while it is within [`TIE`] of the fastest.
 pub fn fastest(data: &BenchData, op: Operation) -> Vec<(Series, u64, u64)> {
-    fastest_of(data, op, |s| s.mode != Mode::Anchor)
+    fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_traced())
 }
 
 /// [`fastest`] over the series `keep` accepts.

@@ -305,6 +305,9 @@ impl Measurement {
 /// per rank, started by a launcher (torchrun, `ferrocomm launch`, mpirun, srun).
 pub const PROCS_LABEL: &str = "procs";
 
+/// The label of the gpu mode's traced series (`gpu-traced`): the gpu series on a team with trace mode on.
+pub const TRACED_LABEL: &str = "traced";
+
 /// What the `gpu-procs` series is, in words, for the report.
 pub const PROCS_TITLE: &str = "ferrocomm gpu, one process per GPU";
 
@@ -323,6 +326,17 @@ impl Series {
     /// Whether this is the gpu mode's process-per-GPU series (`gpu-procs`).
     pub fn is_procs(&self) -> bool {
         self.mode == Mode::Gpu && self.label.as_deref() == Some(PROCS_LABEL)
+    }
+
+    /// Whether this is the gpu mode's traced series (`gpu-traced`), which measures trace mode's cost rather
+    /// than a way to communicate: it never counts as a mode's best or fastest.
+    pub fn is_traced(&self) -> bool {
+        self.mode == Mode::Gpu && self.label.as_deref() == Some(TRACED_LABEL)
+    }
+
+    /// The gpu mode's traced series (`gpu-traced`).
+    pub fn gpu_traced() -> Series {
+        Series { mode: Mode::Gpu, label: Some(TRACED_LABEL.to_owned()), queue_depth: None }
     }
 
     /// The gpu mode's single-process main series (`gpu`).

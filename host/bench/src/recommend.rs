@@ -107,7 +107,7 @@ pub fn mode_ranges(data: &BenchData, op: Operation) -> Vec<String> {
             .as_deref()
             .is_some_and(|l| label_algorithm(l).is_some() || label_budget(l).is_some() || label_copy_path(l).is_some())
     };
-    crate::crossover::fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_procs() && !forced(s))
+    crate::crossover::fastest_of(data, op, |s| s.mode != Mode::Anchor && !s.is_procs() && !s.is_traced() && !forced(s))
         .into_iter()
         .map(|(s, from, to)| {
             if from == to {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ferrocomm::{Backend as TeamBackend, Team};
+use ferrocomm::{Backend as TeamBackend, Team, TraceWhat};
 use ferrocomm_bench::backend::{Backend, BackendError, BackendOpener, OpenConfig, Request};
 use ferrocomm_bench::ferro::gpu_mode::{GpuBackend, PING_MAX_BYTES, Variant, label_algorithm};
 use ferrocomm_bench::ferro::proxy_mode::ProxyBackend;
@@ -302,4 +302,64 @@ fn an_sm_budget_series_runs_on_fewer_blocks() {
         // The emulator's tuned grids have two blocks; the budget allows one.
         assert_eq!((capped.sms_used, full.sms_used), (Some(1), Some(2)), "{op}");
     }
+}
+
+/// The gpu-traced series: every operation of the gpu series on a traced team, its events collected, and the
+/// report's overhead table; on an untraced team (or the gpu series on a traced one) the backend refuses.
+#[test]
+fn gpu_traced_series_times_the_gpu_operations_on_a_traced_team() {
+    let traced: &'static Team = Box::leak(Box::new(
+        Team::builder()
+            .backend(TeamBackend::Emulator)
+            .world(2)
+            .timeout(Duration::from_secs(30))
+            .trace(true)
+            .trace_capacity(1 << 14)
+            .build()
+            .expect("a traced emulated team"),
+    ));
+    for (team, variant) in [(team(), Variant::Traced), (traced, Variant::Main)] {
+        let e = GpuBackend::new(team, variant).err().unwrap();
+        assert!(matches!(e, BackendError::NotAvailable { .. }) && e.to_string().contains("trace mode"), "{e}");
+    }
+    let plan = Plan {
+        ops: vec![Operation::PingPong, Operation::AllReduce],
+        sizes: vec![8, 4096],
+        dtype: Dtype::Bf16,
+        iters: 2,
+        warmup: 1,
+        trials: 2,
+        graph: true,
+        max_bytes_per_trial: 4 << 20,
+        utilization: false,
+    };
+    let mut data = BenchData::default();
+    let mut plain = GpuBackend::new(team(), Variant::Main).unwrap();
+    measure(&mut plain, &plan, &indicatif::ProgressBar::hidden(), &mut data);
+    let mut gpu_traced = GpuBackend::new(traced, Variant::Traced).unwrap();
+    assert_eq!(gpu_traced.label().as_deref(), Some("traced"));
+    assert!(Operation::ALL.into_iter().all(|op| gpu_traced.measures(op) && gpu_traced.supports(op).is_ok()));
+    measure(&mut gpu_traced, &plan, &indicatif::ProgressBar::hidden(), &mut data);
+    assert!(data.skipped.is_empty(), "{:#?}", data.skipped);
+    // What the traced kernels recorded: the ping-pong's signals and waits, the all-reduce's puts.
+    let events = traced.trace_events();
+    let has = |f: fn(&TraceWhat) -> bool| events.iter().any(|e| f(&e.what));
+    assert!(has(|w| matches!(w, TraceWhat::Signal { .. })) && has(|w| matches!(w, TraceWhat::WaitEnd { .. })));
+    assert!(has(|w| matches!(w, TraceWhat::PutBegin { .. })), "the all-reduce's puts");
+    assert!(gpu_traced.notes().iter().any(|n| n.starts_with("gpu-traced:") && n.contains("kept")));
+
+    let overheads = ferrocomm_bench::report::trace_overhead::overheads(&data);
+    let points: Vec<(Operation, u64)> = overheads.iter().map(|o| (o.op, o.bytes)).collect();
+    let sizes = [
+        (Operation::PingPong, 8),
+        (Operation::PingPong, 4096),
+        (Operation::AllReduce, 8),
+        (Operation::AllReduce, 4096),
+    ];
+    assert_eq!(points, sizes);
+    let readme = ferrocomm_bench::report::readme::readme(&data, &[]);
+    assert!(readme.contains("## Trace mode overhead") && readme.contains("| all-reduce | 4 KiB |"), "{readme}");
+    // The traced series never stands for the gpu mode in the headline.
+    let (_, rows) = ferrocomm_bench::report::table::headline(&data, ferrocomm_bench::report::table::Figure::BackToBack);
+    assert!(rows.iter().flatten().all(|cell| !cell.contains("(traced)")), "{rows:?}");
 }

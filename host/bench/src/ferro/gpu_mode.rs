@@ -25,7 +25,10 @@ use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, PingProtocol, Re
 
 use super::checks::{self, put_round_trip, unsupported_u8};
 use super::timed::{Pattern, Stamps};
-use super::{LL_LABEL, PROCS_LABEL, PROCS_TITLE, bench_team, comm, describe_team, grid, iters_u32, runtime};
+use super::{
+    LL_LABEL, PROCS_LABEL, PROCS_TITLE, TRACED_LABEL, TRACED_RING_EVENTS, bench_team, comm, describe_team, grid,
+    iters_u32, runtime, traced_bench_team,
+};
 use crate::backend::{Backend, BackendError, OpenConfig, Request, Timing};
 use crate::cputime::thread_cpu_time;
 use crate::model::{Dtype, Mode, Operation};
@@ -52,6 +55,9 @@ pub enum Variant {
     /// `gpu-tma`, `gpu-lsu`: the copies (put, all-gather, all-to-all) with every large copy through the
     /// TMA, or none: the sweep that tunes `Tuning::bulk_min_bytes`.
     Copy(CopyPath),
+    /// `gpu-traced`: every operation of the `gpu` series on a traced team (the kernels' traced flavour
+    /// recording each put, signal, wait and barrier): what trace mode costs.
+    Traced,
 }
 
 /// How a [`Variant::Copy`] series copies.
@@ -111,9 +117,12 @@ pub fn label_algorithm(label: &str) -> Option<Algorithm> {
 impl Variant {
     fn protocol(self) -> PingProtocol {
         match self {
-            Variant::Main | Variant::Procs | Variant::AllReduce(_) | Variant::SmBudget(_) | Variant::Copy(_) => {
-                PingProtocol::ReleaseAcquire
-            }
+            Variant::Main
+            | Variant::Procs
+            | Variant::AllReduce(_)
+            | Variant::SmBudget(_)
+            | Variant::Copy(_)
+            | Variant::Traced => PingProtocol::ReleaseAcquire,
             Variant::Ll => PingProtocol::Ll,
         }
     }
@@ -127,6 +136,7 @@ impl Variant {
             Variant::AllReduce(algorithm) => Some(algorithm_label(algorithm).to_owned()),
             Variant::SmBudget(sms) => Some(budget_label(sms)),
             Variant::Copy(path) => Some(copy_path_label(path).to_owned()),
+            Variant::Traced => Some(TRACED_LABEL.to_owned()),
         }
     }
 
@@ -164,12 +174,27 @@ impl GpuBackend {
     /// Opens `variant` on the GPUs of `config` (the process's shared team, see
     /// [`bench_team`](super::bench_team())).
     pub fn open(config: &OpenConfig, variant: Variant) -> Result<GpuBackend, BackendError> {
-        GpuBackend::new(bench_team(Mode::Gpu, config)?, variant)
+        let team = match variant {
+            Variant::Traced => traced_bench_team(Mode::Gpu, config)?,
+            _ => bench_team(Mode::Gpu, config)?,
+        };
+        GpuBackend::new(team, variant)
     }
 
     /// `variant` on `team` (any backend: the emulator runs the same kernels, for tests). `gpu-procs` needs a
-    /// team that spans processes, and the other variants one that does not.
+    /// team that spans processes, and the other variants one that does not; `gpu-traced` a traced team.
     pub fn new(team: &'static Team, variant: Variant) -> Result<GpuBackend, BackendError> {
+        if (variant == Variant::Traced) != team.is_traced() {
+            return Err(BackendError::NotAvailable {
+                mode: Mode::Gpu,
+                reason: format!(
+                    "the gpu{} series needs a team {} trace mode (Team::builder().trace({}))",
+                    variant.label().map(|l| format!("-{l}")).unwrap_or_default(),
+                    if team.is_traced() { "without" } else { "with" },
+                    !team.is_traced()
+                ),
+            });
+        }
         match (variant, team.spans_processes()) {
             (Variant::Procs, false) => {
                 return Err(BackendError::NotAvailable {
@@ -179,7 +204,15 @@ impl GpuBackend {
                         .into(),
                 });
             }
-            (Variant::Main | Variant::Ll | Variant::AllReduce(_) | Variant::SmBudget(_) | Variant::Copy(_), true) => {
+            (
+                Variant::Main
+                | Variant::Ll
+                | Variant::AllReduce(_)
+                | Variant::SmBudget(_)
+                | Variant::Copy(_)
+                | Variant::Traced,
+                true,
+            ) => {
                 let rank = team.local_ranks().first().copied().unwrap_or(0);
                 let what = format!("the gpu{} series", variant.label().map(|l| format!("-{l}")).unwrap_or_default());
                 return Err(BackendError::OneProcessOnly { mode: Mode::Gpu, what, rank, world: team.world() });
@@ -380,7 +413,7 @@ impl Backend for GpuBackend {
 
     fn measures(&self, op: Operation) -> bool {
         match self.variant {
-            Variant::Main => true,
+            Variant::Main | Variant::Traced => true,
             Variant::Ll => op == Operation::PingPong,
             Variant::Procs => op.is_collective(),
             Variant::AllReduce(_) => op == Operation::AllReduce,
@@ -409,7 +442,7 @@ impl Backend for GpuBackend {
 
     fn supports(&self, op: Operation) -> Result<(), String> {
         match (self.variant, op) {
-            (Variant::Main, _) | (Variant::Ll, Operation::PingPong) => Ok(()),
+            (Variant::Main | Variant::Traced, _) | (Variant::Ll, Operation::PingPong) => Ok(()),
             (Variant::Ll, _) => Err("the gpu-ll series is the LL-packet ping-pong; the gpu series has the rest".into()),
             (Variant::Procs, op) if op.is_collective() => Ok(()),
             (Variant::AllReduce(_), Operation::AllReduce) => Ok(()),
@@ -437,7 +470,7 @@ impl Backend for GpuBackend {
         if self.supports(op).is_err() {
             return Err(self.unsupported(op));
         }
-        let put_pings = self.variant == Variant::Main;
+        let put_pings = matches!(self.variant, Variant::Main | Variant::Traced);
         checks::check(&mut self.comm, op, dtype, &[self.variant.protocol()], put_pings)
     }
 
@@ -538,6 +571,26 @@ impl Backend for GpuBackend {
                  are where the picking thresholds come from (the recommended tuning below).",
                 algorithm_label(algorithm)
             )],
+            Variant::Traced => {
+                let lost: u64 = self.team.trace_lost().iter().sum();
+                let kept = self.team.trace_events().len();
+                vec![format!(
+                    "gpu-traced: the gpu series on a traced team (Team::builder().trace(true), as FERROCOMM_TRACE=1 \
+                     makes): the kernels' traced flavour, which records every put, signal, wait, barrier and epoch \
+                     advance into the rank's ring in device memory, timed as the gpu series; the host collects the \
+                     rings after each replay, outside the timed span. Its ratio to gpu is trace mode's cost (the \
+                     Trace mode overhead table). Events: {kept} kept{}.",
+                    if lost > 0 {
+                        format!(
+                            ", {lost} more counted as lost (beyond the {TRACED_RING_EVENTS} a ring holds per launch or \
+                             the {} the host keeps; a full ring still counts each event on the device)",
+                            ferrocomm::trace::HOST_TRACE_EVENTS
+                        )
+                    } else {
+                        String::new()
+                    }
+                )]
+            }
             Variant::Ll => vec![format!(
                 "gpu-ll: the library's LL-packet ping-pong (data and flag in each 16-byte store, no fence), every \
                  round trip of a trial inside one launch, timed with %globaltimer; payloads up to {PING_MAX_BYTES} B."

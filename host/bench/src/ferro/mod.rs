@@ -45,13 +45,17 @@ use ferrocomm_kernels::CommError;
 use crate::backend::{Backend, BackendError, BackendOpener, OpenConfig};
 use crate::gpu::{BuiltinBackends, Placement, ranks_per_gpu_env};
 use crate::model::Mode;
-pub use crate::model::{PROCS_LABEL, PROCS_TITLE};
+pub use crate::model::{PROCS_LABEL, PROCS_TITLE, TRACED_LABEL};
 
 /// The label of the gpu mode's LL-packet ping-pong series (`gpu-ll`).
 pub const LL_LABEL: &str = "ll";
 
 /// Ranks (processes, under a launcher) per GPU: `FERROCOMM_RANKS_PER_GPU`, default 1.
 pub use ferrocomm::team::RANKS_PER_GPU_ENV;
+
+/// Events each rank's trace ring holds per launch on the `gpu-traced` team: a trial's graph of 50 collectives
+/// on every SM records tens of thousands, and every one recorded is what the series times (40 MiB a rank).
+pub const TRACED_RING_EVENTS: usize = 1 << 20;
 
 /// How long a device wait may spin before it gives up: long enough for a 1 GiB transfer queued behind
 /// others, short enough that a broken run ends.
@@ -92,6 +96,9 @@ impl BackendOpener for FerroBackends {
         match (mode, variant) {
             (Mode::Gpu, None) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Main)?)),
             (Mode::Gpu, Some(LL_LABEL)) => Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Ll)?)),
+            (Mode::Gpu, Some(TRACED_LABEL)) => {
+                Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Traced)?))
+            }
             (Mode::Gpu, Some(label)) if gpu_mode::label_budget(label).is_some() => {
                 let sms = gpu_mode::label_budget(label).unwrap_or(1);
                 Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::SmBudget(sms))?))
@@ -146,8 +153,8 @@ pub fn job_env(mode: Mode) -> Result<Option<JobEnv>, BackendError> {
     JobEnv::from_env().map_err(|e| BackendError::External { mode, source: Box::new(e) })
 }
 
-/// A single-process team's GPUs and ranks per GPU.
-type TeamKey = (Vec<usize>, usize);
+/// A single-process team's GPUs, ranks per GPU, and whether it traces.
+type TeamKey = (Vec<usize>, usize, bool);
 
 /// Teams created so far, by GPU list and ranks per GPU; each lives until the process exits.
 static TEAMS: Mutex<Vec<(TeamKey, &'static Team)>> = Mutex::new(Vec::new());
@@ -170,9 +177,20 @@ pub fn bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, Back
     if let Some(job) = job_env(mode)? {
         return process_team(mode, config, job);
     }
+    single_process_team(mode, config, false)
+}
+
+/// Like [`bench_team`] in one process, with trace mode on (rings of [`TRACED_RING_EVENTS`]): the team of the
+/// `gpu-traced` series. It never writes its trace (it lives until the process exits); `ferrocomm trace`
+/// is for runs of one's own.
+pub fn traced_bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, BackendError> {
+    single_process_team(mode, config, true)
+}
+
+fn single_process_team(mode: Mode, config: &OpenConfig, traced: bool) -> Result<&'static Team, BackendError> {
     let placement = Placement::resolve(mode, config.gpus.as_deref(), ranks_per_gpu_env(mode)?)?;
     let per_gpu = placement.ranks_per_gpu;
-    let key = (placement.ordinals, per_gpu);
+    let key = (placement.ordinals, per_gpu, traced);
     let mut teams = TEAMS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, team)) = teams.iter().find(|(k, _)| *k == key) {
         return Ok(team);
@@ -184,6 +202,8 @@ pub fn bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, Back
         .world(key.0.len() * per_gpu)
         .ranks_per_gpu(per_gpu)
         .timeout(TEAM_TIMEOUT)
+        .trace(traced)
+        .trace_capacity(TRACED_RING_EVENTS)
         .build()
         .map_err(runtime(mode))?;
     let team: &'static Team = Box::leak(Box::new(team));

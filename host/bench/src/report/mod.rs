@@ -8,6 +8,7 @@ pub mod data;
 pub mod plot;
 pub mod readme;
 pub mod table;
+pub mod trace_overhead;
 pub mod utilization_plot;
 
 use std::path::{Path, PathBuf};

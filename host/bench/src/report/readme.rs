@@ -185,6 +185,10 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
         }
     }
 
+    if let Some(section) = crate::report::trace_overhead::section(data) {
+        out += &section;
+    }
+
     for op in data.operations() {
         let _ = writeln!(out, "\n## {}\n", table::caption(data, op));
         let utilization = crate::report::utilization_plot::file_name(op.name());

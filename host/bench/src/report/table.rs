@@ -229,11 +229,13 @@ pub fn headline_points(data: &BenchData) -> Vec<(Operation, u64)> {
 }
 
 /// The fastest point of `mode` at (op, bytes) (the best queue depth for the proxy, the best anchor), not
-/// counting the `gpu-procs` series, which has a column of its own.
+/// counting the `gpu-procs` series, which has a column of its own, nor `gpu-traced`, which measures trace
+/// mode's cost.
 fn best(data: &BenchData, op: Operation, bytes: u64, mode: Mode, figure: Figure) -> Option<(&Measurement, f64)> {
     data.measurements
         .iter()
-        .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode && !m.series().is_procs())
+        .filter(|m| m.op == op && m.bytes == bytes && m.mode == mode)
+        .filter(|m| !m.series().is_procs() && !m.series().is_traced())
         .filter_map(|m| figure.of(m).map(|us| (m, us)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
 }
