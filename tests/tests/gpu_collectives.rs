@@ -259,3 +259,25 @@ fn graph_capture_and_replay_of_mixed_collectives() {
     check(verify::all_reduce::<bf16>(&mut comm, 1000, Op::Sum, None, 3, 6));
     check(verify::all_reduce_graph::<bf16>(&mut comm, 4095, 3, 5, 1, 7));
 }
+
+/// The tensor-parallel decode step at the full shapes (H = K = 8192 and 7168; 1, 4 and 16 tokens)
+/// and at awkward ones (a partial tile, odd shard rows, more rows than one block's chunk), the GEMV alone and
+/// every variant, each against the CPU reference within bf16 tolerance.
+#[test]
+fn tensor_parallel_decode_at_full_and_awkward_shapes() {
+    use ferrocomm_kernels::{TpShape, TpVariant};
+    let Some((_lock, team)) = gpu_team("tensor_parallel_decode_at_full_and_awkward_shapes") else { return };
+    let world = team.world();
+    let mut comm = Communicator::new(&team).unwrap();
+    let full = [8192, 7168].into_iter().flat_map(|h| [1, 4, 16].map(|t| (t, h, h)));
+    let awkward = [(1, 8, 4 * world), (3, 264, 13 * world), (16, 520, 1001 * world), (5, 7168 + 8, 9 * world)];
+    for (i, (tokens, hidden, k)) in full.chain(awkward).enumerate() {
+        let shape = TpShape { tokens, hidden, k };
+        let t = Instant::now();
+        check(verify::tp_gemv(&mut comm, shape, i as u64));
+        for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
+            check(verify::tp_decode(&mut comm, shape, variant, i as u64));
+        }
+        eprintln!("{shape:?}: the GEMV and three variants verified in {:.2?}", t.elapsed());
+    }
+}

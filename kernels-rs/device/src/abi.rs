@@ -443,11 +443,13 @@ impl TraceEvent {
 
 /// A rank's trace ring: this header, then `capacity` [`TraceEvent`]s from byte [`TRACE_HEADER_BYTES`].
 ///
-/// A recording thread claims slot `claimed` with an atomic add and writes its event there when the slot
-/// is below `capacity`; past it the event is dropped but still claimed, so `claimed - capacity` events were
-/// lost — counted, never lost silently. The ring keeps the first events of a launch rather than the last:
-/// two threads can never write one slot (no torn events), and the host reads it only after the launch, then
-/// sets `claimed` back to 0.
+/// Recording threads claim slots by atomic adds on `claimed`: on the GPU a block claims
+/// [`TRACE_CHUNK_EVENTS`] at once and hands them out from shared memory, so an event costs a shared-memory
+/// add instead of a round trip to L2; the emulator claims one slot per event. An event whose slot is at or
+/// past `capacity` is dropped and counted in `lost` — never lost silently. The ring keeps the first events of
+/// a launch rather than the last: two threads can never write one slot (no torn events). Slots a block
+/// claimed but did not fill keep kind 0 (the host zeroes the slots it read), and the host reads the ring only
+/// after the launch, then sets `claimed` and `lost` back to 0.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct TraceRing {
@@ -455,7 +457,12 @@ pub struct TraceRing {
     pub capacity: u64,
     /// Slots claimed since the host last emptied it (may exceed `capacity`).
     pub claimed: u64,
+    /// Events dropped since the host last emptied it: their slot was past `capacity`.
+    pub lost: u64,
 }
+
+/// Slots a block claims from its rank's [`TraceRing`] at once on the GPU.
+pub const TRACE_CHUNK_EVENTS: u64 = 32;
 
 /// Bytes before the first event of a [`TraceRing`].
 pub const TRACE_HEADER_BYTES: usize = 64;

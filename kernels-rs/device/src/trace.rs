@@ -22,6 +22,8 @@
 //! }
 //! ```
 
+#[cfg(all(target_arch = "nvptx64", ferrocomm_trace))]
+use crate::abi::TRACE_CHUNK_EVENTS;
 use crate::abi::{Cmp, TraceKind};
 #[cfg(any(ferrocomm_trace, not(target_arch = "nvptx64")))]
 use crate::abi::{TRACE_HEADER_BYTES, TraceEvent, TraceRing};
@@ -130,8 +132,9 @@ fn record(kind: TraceKind, aux: u8, a: u64, b: u64) {
 fn ring() -> *mut TraceRing {
     #[cfg(target_arch = "nvptx64")]
     {
-        // SAFETY: a global of this module instance, written by the host only while no kernel of it runs.
-        unsafe { (&raw const FERROCOMM_TRACE_RING).read_volatile() as usize as *mut TraceRing }
+        // SAFETY: a global of this module instance, written by the host only while no kernel of it runs: a
+        // plain load, which the L1 cache serves after the first event (a volatile one would go to L2 each time).
+        unsafe { (&raw const FERROCOMM_TRACE_RING).read() as usize as *mut TraceRing }
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
@@ -147,7 +150,7 @@ fn ring() -> *mut TraceRing {
     }
 }
 
-/// Claims a slot and writes the event there; past the capacity the claim alone counts the lost event.
+/// Claims a slot and writes the event there; an event whose slot is past the capacity is counted as lost.
 /// Not inlined: a traced hot loop keeps its registers, and the event's stores sit in one function.
 #[cfg(any(ferrocomm_trace, not(target_arch = "nvptx64")))]
 #[inline(never)]
@@ -157,33 +160,94 @@ fn record_into_ring(kind: TraceKind, aux: u8, a: u64, b: u64) {
         return;
     }
     // SAFETY: the host keeps the ring allocated (header + `capacity` events) while the team lives and touches
-    // it only between launches; `claimed` is only accessed atomically during a launch.
-    let slot = unsafe { claim(&raw mut (*ring).claimed) };
-    // SAFETY: as above; `capacity` does not change during a launch.
-    let capacity = unsafe { core::ptr::read_volatile(&raw const (*ring).capacity) };
+    // it only between launches; `capacity` does not change during a launch, the counters are only accessed
+    // atomically during one.
+    let (capacity, claimed, lost) = unsafe { ((*ring).capacity, &raw mut (*ring).claimed, &raw mut (*ring).lost) };
+    // SAFETY: as above.
+    let slot = unsafe { claim(claimed) };
     if slot >= capacity {
+        // SAFETY: as above.
+        unsafe { count_lost(lost) };
         return;
     }
-    let event = TraceEvent {
-        time: crate::time::globaltimer(),
-        kind: kind as u8,
-        aux,
-        smid: crate::index::smid() as u16,
-        block: crate::index::block_rank(),
-        thread: crate::index::thread_rank(),
-        reserved: 0,
+    // The event's five words in `TraceEvent`'s layout, stored as five 8-byte stores: a struct store would go
+    // through the stack and split into stores of each field's width.
+    let words = [
+        crate::time::globaltimer(),
+        kind as u64
+            | (aux as u64) << 8
+            | (crate::index::smid() as u16 as u64) << 16
+            | (crate::index::block_rank() as u64) << 32,
+        crate::index::thread_rank() as u64,
         a,
         b,
-    };
-    // SAFETY: slot `slot < capacity` of the ring's events, claimed by this thread alone.
+    ];
+    // SAFETY: slot `slot < capacity` of the ring's events, claimed by this thread alone; the ring is 8-byte
+    // aligned and an event is five words (asserted below).
     unsafe {
-        let events = ring.cast::<u8>().add(TRACE_HEADER_BYTES).cast::<TraceEvent>();
-        events.add(slot as usize).write_volatile(event);
+        let event = ring.cast::<u8>().add(TRACE_HEADER_BYTES).cast::<TraceEvent>().add(slot as usize).cast::<u64>();
+        for (i, w) in words.into_iter().enumerate() {
+            event.add(i).write(w);
+        }
     }
 }
 
-/// `atomicAdd(claimed, 1)`: on the GPU the device library's relaxed GPU-scope add; on the host a plain std
-/// atomic, outside the emulator's checker and store buffers (a trace is not kernel data).
+#[cfg(any(ferrocomm_trace, not(target_arch = "nvptx64")))]
+const _: () = {
+    assert!(core::mem::size_of::<TraceEvent>() == 40 && core::mem::align_of::<TraceEvent>() == 8);
+    assert!(core::mem::offset_of!(TraceEvent, kind) == 8 && core::mem::offset_of!(TraceEvent, aux) == 9);
+    assert!(core::mem::offset_of!(TraceEvent, smid) == 10 && core::mem::offset_of!(TraceEvent, block) == 12);
+    assert!(core::mem::offset_of!(TraceEvent, thread) == 16 && core::mem::offset_of!(TraceEvent, reserved) == 20);
+    assert!(core::mem::offset_of!(TraceEvent, a) == 24 && core::mem::offset_of!(TraceEvent, b) == 32);
+    assert!(TRACE_HEADER_BYTES % 8 == 0 && cfg!(target_endian = "little"));
+};
+
+/// Chunks of [`TRACE_CHUNK_EVENTS`] slots a block has in flight at once: the entries of its chunk table.
+#[cfg(all(target_arch = "nvptx64", ferrocomm_trace))]
+const CHUNK_TABLE: usize = 32;
+
+/// Polls of its chunk's table entry after which a thread gives its event up (milliseconds; an opener takes
+/// about a microsecond).
+#[cfg(all(target_arch = "nvptx64", ferrocomm_trace))]
+const SPINS_FOR_A_CHUNK: u32 = 1 << 20;
+
+/// The block's trace bookkeeping in shared memory: word 0 counts the block's events of this launch, and
+/// entry `1 + k % CHUNK_TABLE` says where chunk `k` of them landed: `(k + 1) << 32 | first slot` (the slot
+/// `u32::MAX` when the chunk lies past the capacity), 0 until it is claimed.
+#[cfg(all(target_arch = "nvptx64", ferrocomm_trace))]
+#[inline(always)]
+fn block_table() -> crate::shared::SharedSlice<u64> {
+    crate::shared_array!(FERROCOMM_TRACE_CHUNKS: [u64; 1 + CHUNK_TABLE])
+}
+
+/// Prepares the block for recording: zeroes its chunk table, then a block barrier. Every `#[kernel]` entry
+/// calls it before the body (a hand-written `extern "ptx-kernel"` entry that records events must call it
+/// first, from every thread); in an untraced GPU build and on the emulator it is nothing.
+#[inline(always)]
+pub fn begin_block() {
+    #[cfg(all(target_arch = "nvptx64", ferrocomm_trace))]
+    {
+        let table = block_table();
+        let mut i = crate::index::thread_rank() as usize;
+        while i < table.len() {
+            // SAFETY: each thread zeroes its own entries; the barrier below orders them before any claim.
+            unsafe { table.write(i, 0) };
+            i += crate::index::block_size() as usize;
+        }
+        // SAFETY: every thread of the block runs the entry, so every thread reaches this barrier.
+        unsafe { core::arch::asm!("barrier.sync 0;", options(nostack)) };
+    }
+}
+
+/// Claims one slot of the ring whose `claimed` counter is at `claimed`; `u64::MAX` and up mean none.
+///
+/// GPU: the block's event number comes from a shared-memory add; the thread that opens a chunk claims its
+/// [`TRACE_CHUNK_EVENTS`] slots from the ring (the one global round trip per chunk) and publishes them in
+/// the chunk table, where the chunk's other threads wait for them (a few hundred nanoseconds, once per
+/// chunk). A thread whose table entry was reused by a later chunk before it looked (more than
+/// `CHUNK_TABLE` chunks opened meanwhile, which takes more threads than a block has: each has one claim in
+/// flight at most) gives its event up as lost rather than wait. Emulator: one
+/// atomic add per event, outside the emulator's checker and store buffers (a trace is not kernel data).
 ///
 /// # Safety
 ///
@@ -193,14 +257,62 @@ fn record_into_ring(kind: TraceKind, aux: u8, a: u64, b: u64) {
 unsafe fn claim(claimed: *mut u64) -> u64 {
     #[cfg(target_arch = "nvptx64")]
     {
-        // SAFETY: per the contract.
-        unsafe { crate::atomic::GpuAtomicU64::from_ptr(claimed) }.fetch_add_relaxed(1)
+        let table = block_table();
+        let n: u64;
+        // SAFETY: word 0 of the block's table, zeroed by `begin_block`; shared memory, generic address.
+        unsafe {
+            core::arch::asm!("atom.relaxed.cta.add.u64 {n}, [{p}], 1;", n = out(reg64) n,
+                p = in(reg64) table.as_ptr(), options(nostack))
+        };
+        let (chunk, offset) = (n / TRACE_CHUNK_EVENTS, n % TRACE_CHUNK_EVENTS);
+        let tag = (chunk + 1) << 32;
+        // SAFETY: an entry of the table (index below its length).
+        let entry = unsafe { table.as_ptr().add(1 + (chunk as usize % CHUNK_TABLE)) };
+        if offset == 0 {
+            // SAFETY: per the contract.
+            let first = unsafe { crate::atomic::GpuAtomicU64::from_ptr(claimed) }.fetch_add_relaxed(TRACE_CHUNK_EVENTS);
+            let first = if first < u32::MAX as u64 { first } else { u32::MAX as u64 };
+            // SAFETY: the entry is this chunk's; one 64-bit store publishes tag and slot together.
+            unsafe { entry.write_volatile(tag | first) };
+            return first;
+        }
+        // Bounded: an entry that never gets its chunk (a hand-written entry that skipped `begin_block`, whose
+        // table holds whatever shared memory held) loses the event instead of hanging the kernel.
+        for _ in 0..SPINS_FOR_A_CHUNK {
+            // SAFETY: as above; the opener's store is the only write this chunk's entry gets.
+            let seen = unsafe { entry.read_volatile() };
+            if seen & !0xffff_ffff == tag {
+                let first = seen & 0xffff_ffff;
+                return if first == u32::MAX as u64 { u64::MAX } else { first + offset };
+            }
+            if seen > tag {
+                return u64::MAX;
+            }
+            core::hint::spin_loop();
+        }
+        u64::MAX
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
         // SAFETY: per the contract.
         unsafe { std::sync::atomic::AtomicU64::from_ptr(claimed) }.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
+}
+
+/// Counts one lost event: a posted add on the GPU (nothing waits for it), a plain atomic on the host.
+///
+/// # Safety
+///
+/// `lost` is a live, aligned `u64` only accessed atomically while kernels run.
+#[cfg(any(ferrocomm_trace, not(target_arch = "nvptx64")))]
+#[inline(always)]
+unsafe fn count_lost(lost: *mut u64) {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: per the contract; the ring is in global memory.
+    unsafe { crate::atomic::GpuAtomicU64::from_ptr(lost) }.add_relaxed(1);
+    #[cfg(not(target_arch = "nvptx64"))]
+    // SAFETY: per the contract.
+    unsafe { std::sync::atomic::AtomicU64::from_ptr(lost) }.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
                 ::ferrocomm_device::ctx::preload();
                 ::ferrocomm_device::sync::wait_prior_grids();
                 ::ferrocomm_device::sync::launch_dependents();
+                // The traced flavour's per-block bookkeeping (nothing in an untraced build).
+                ::ferrocomm_device::trace::begin_block();
                 // SAFETY: the launch contract above: every ABI value describes live device memory of the right
                 // type and length, which is what `from_abi` requires.
                 unsafe { #body #turbofish(#(#converted),*) }

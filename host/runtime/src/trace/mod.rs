@@ -133,12 +133,16 @@ impl TeamShared {
     pub(crate) fn enable_trace(&mut self, config: TraceConfig) -> Result<(), Error> {
         let bytes = config.ring_bytes()?;
         let offsets = self.exec.clock_offsets()?;
-        let header = TraceRing { capacity: config.capacity as u64, claimed: 0 };
+        let header = TraceRing { capacity: config.capacity as u64, claimed: 0, lost: 0 };
         let mut rings = Vec::with_capacity(self.local.len());
         for &rank in &self.local {
+            // Every slot starts zeroed: a slot a block claims but does not fill must read as no event.
+            let mut image = vec![0u8; bytes];
+            let head = header_bytes(&header);
+            image[..head.len()].copy_from_slice(&head);
             let made = self.alloc(rank, bytes).and_then(|addr| {
                 rings.push(addr);
-                self.write(rank, addr, &header_bytes(&header))
+                self.write(rank, addr, &image)
             });
             if let Err(e) = made {
                 for (&rank, &addr) in self.local.iter().zip(&rings) {
@@ -171,15 +175,19 @@ impl TeamShared {
         for (slot, (&rank, &ring)) in self.local.iter().zip(&tracer.rings).enumerate() {
             let mut raw = [0u8; size_of::<TraceRing>()];
             self.read(rank, ring, &mut raw)?;
-            let claimed = u64::from_ne_bytes(raw[8..16].try_into().expect("8 bytes"));
-            if claimed == 0 {
+            let field = |at: usize| u64::from_ne_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+            let (claimed, lost) = (field(8), field(16));
+            if claimed == 0 && lost == 0 {
                 continue;
             }
+            // Slots a block claimed but did not fill are still zero (kind 0), which decoding skips; the slots
+            // read are zeroed again for the next launch, then the counters.
             let kept = claimed.min(tracer.config.capacity as u64) as usize;
             let mut bytes = vec![0u8; kept * size_of::<RawEvent>()];
             self.read(rank, ring + TRACE_HEADER_BYTES as u64, &mut bytes)?;
-            self.write(rank, ring + 8, &0u64.to_ne_bytes())?;
-            log.lost[rank] += claimed - kept as u64;
+            self.write(rank, ring + TRACE_HEADER_BYTES as u64, &vec![0u8; bytes.len()])?;
+            self.write(rank, ring + 8, &[0u8; 16])?;
+            log.lost[rank] += lost;
             let offset = tracer.offsets.get(slot).copied().unwrap_or(0);
             fresh.extend(
                 bytes
@@ -274,6 +282,7 @@ impl Team {
 fn header_bytes(h: &TraceRing) -> Vec<u8> {
     let mut b = h.capacity.to_ne_bytes().to_vec();
     b.extend(h.claimed.to_ne_bytes());
+    b.extend(h.lost.to_ne_bytes());
     b
 }
 
