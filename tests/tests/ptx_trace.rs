@@ -115,7 +115,10 @@ fn untraced_modules_hold_no_trace_code() {
 fn the_traced_flavour_records_on_the_hot_path() {
     assert_eq!(TRACED_PTX.iter().map(|(cc, _)| *cc).collect::<Vec<_>>(), [90], "one architecture, the newest");
     let traced = module(TRACED_PTX, 90);
-    assert!(traced.contains(".visible .global .align 8 .b8 FERROCOMM_TRACE_RING[8];"), "the ring's global is missing");
+    assert!(
+        traced.contains(".visible .const .align 8 .b8 FERROCOMM_TRACE_RING[16];"),
+        "the ring's constant is missing"
+    );
     for name in ["golden_signal_wait_ge", "golden_signal_set_release", "golden_put_signal_block"] {
         let body = entry(traced, name);
         assert!(body.contains("record_into_ring"), "traced `{name}` records nothing:\n{body}");

@@ -358,8 +358,9 @@ impl ErrorBuffer {
     }
 }
 
-/// The module global, present only in a traced module (built with `--cfg ferrocomm_trace`), that holds
-/// the device address of the rank's [`TraceRing`] (0: not recording). Written by the host at module load.
+/// The module constant, present only in a traced module (built with `--cfg ferrocomm_trace`), that holds
+/// the device address of the rank's [`TraceRing`] (0: not recording) and the ring's capacity: two `u64`s,
+/// written by the host at module load.
 pub const TRACE_RING_SYMBOL: &str = "FERROCOMM_TRACE_RING";
 
 /// What a [`TraceEvent`] records; its `a`, `b` and `aux` fields as the table says.

@@ -48,19 +48,26 @@ impl Drop for LoadedModule {
 /// Dynamic shared memory every kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
-/// Writes the address of the rank's trace ring into a traced module's `FERROCOMM_TRACE_RING`.
-fn write_trace_ring(handle: sys::CUmodule, module: &str, ring: u64, device: Option<Device>) -> Result<(), Error> {
+/// Writes the address and capacity of the rank's trace ring into a traced module's `FERROCOMM_TRACE_RING`.
+fn write_trace_ring(
+    handle: sys::CUmodule,
+    module: &str,
+    [ring, capacity]: [u64; 2],
+    device: Option<Device>,
+) -> Result<(), Error> {
     let symbol = CString::new(TRACE_RING_SYMBOL).expect("no NUL");
+    let mut words = ring.to_ne_bytes().to_vec();
+    words.extend(capacity.to_ne_bytes());
     // SAFETY: the module is loaded in the current context.
     match unsafe { result::module::get_global(handle, symbol) } {
-        Ok((addr, 8)) => {
-            // SAFETY: `addr` is the 8-byte global's device address; the context is current.
-            unsafe { result::memcpy_htod_sync(addr, &ring.to_ne_bytes()) }.map_err(cuda("cuMemcpyHtoD", device))
+        Ok((addr, 16)) => {
+            // SAFETY: `addr` is the 16-byte constant's device address; the context is current.
+            unsafe { result::memcpy_htod_sync(addr, &words) }.map_err(cuda("cuMemcpyHtoD", device))
         }
         Ok((_, bytes)) => Err(Error::TeamConfig {
             reason: format!(
-                "module `{module}` declares {TRACE_RING_SYMBOL} with {bytes} bytes, this runtime expects 8; build the \
-                 kernels crate against the same ferrocomm-device as the runtime"
+                "module `{module}` declares {TRACE_RING_SYMBOL} with {bytes} bytes, this runtime expects 16; build \
+                 the kernels crate against the same ferrocomm-device as the runtime"
             ),
         }),
         // A traced module whose kernels record nothing may have dropped the global: nothing to tell it.
@@ -160,7 +167,7 @@ impl CudaTeam {
             Err(e) => return Err(cuda("cuModuleGetGlobal", device)(e)),
         }
         if let Some(ring) = ring {
-            write_trace_ring(handle, module.name(), ring, device)?;
+            write_trace_ring(handle, module.name(), [ring, team.trace_capacity()], device)?;
         }
         cache.insert(module.key(), Arc::clone(&loaded));
         Ok(loaded)

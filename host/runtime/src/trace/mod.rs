@@ -160,6 +160,11 @@ impl TeamShared {
         Ok(())
     }
 
+    /// Events each ring holds (0 when not tracing).
+    pub(crate) fn trace_capacity(&self) -> u64 {
+        self.tracer.as_ref().map_or(0, |t| t.config.capacity as u64)
+    }
+
     /// The ring of local rank `slot`, when tracing.
     pub(crate) fn trace_ring(&self, slot: usize) -> Option<u64> {
         self.tracer.as_ref().and_then(|t| t.rings.get(slot).copied())
