@@ -1,6 +1,9 @@
 //! What trace mode costs: the same ping-pongs and 1 MiB all-reduce on a team without tracing and on a
 //! traced one (the kernels crate's traced flavour, recording every event), each verified, and the
-//! slowdown against the targets (≤ 10 % for the ping-pong, ≤ 3 % for the 1 MiB all-reduce).
+//! slowdown. The ping-pongs are timed inside their kernel, so their slowdown is the kernel's, against the
+//! target (≤ 10 %). The all-reduce is timed on the host from each graph replay's launch to the end of its
+//! wait, which on a traced team includes reading and emptying the rings: what a traced run costs end to
+//! end, not the ≤ 3 % target's kernel time, which `ferrocomm bench --traced` measures on the device.
 //!
 //! The two teams run one after the other (the untraced one is dropped first), so they never share the
 //! GPUs. Meaningful on GPUs; on the emulator the figures are host-thread times.
@@ -52,8 +55,8 @@ pub struct Overhead {
     pub plain_us: f64,
     /// Microseconds with tracing.
     pub traced_us: f64,
-    /// The target slowdown, in percent.
-    pub target_percent: f64,
+    /// The target slowdown of the kernel, in percent, where the measurement is the kernel's time.
+    pub target_percent: Option<f64>,
 }
 
 impl Overhead {
@@ -64,14 +67,17 @@ impl Overhead {
 
     /// `ping-pong release/acquire 8 B   2.210 us -> 2.301 us   +4.1 % (target <= 10 %)   within target`.
     pub fn line(&self) -> String {
-        let verdict = if self.percent() <= self.target_percent { "within target" } else { "OVER TARGET" };
+        let judged = match self.target_percent {
+            Some(t) if self.percent() <= t => format!("(target <= {t} %)   within target"),
+            Some(t) => format!("(target <= {t} %)   OVER TARGET"),
+            None => "(host-timed, the rings' collection included)".to_owned(),
+        };
         format!(
-            "{:<36} {:>10.3} us -> {:>10.3} us   {:>+6.1} % (target <= {} %)   {verdict}",
+            "{:<36} {:>10.3} us -> {:>10.3} us   {:>+6.1} % {judged}",
             self.what,
             self.plain_us,
             self.traced_us,
-            self.percent(),
-            self.target_percent
+            self.percent()
         )
     }
 }
@@ -100,16 +106,16 @@ pub fn trace_overhead(
 }
 
 /// (what, microseconds, target percent) of each measurement on `team`.
-fn measure(team: &Team, plan: &OverheadPlan) -> Result<Vec<(String, f64, f64)>, ExampleError> {
+fn measure(team: &Team, plan: &OverheadPlan) -> Result<Vec<(String, f64, Option<f64>)>, ExampleError> {
     let mut comm = Communicator::new(team)?;
     let mut out = Vec::new();
     for (protocol, name) in [(PingProtocol::Ll, "LL"), (PingProtocol::ReleaseAcquire, "release/acquire")] {
         let r = ping_pong(&mut comm, 0, 1, plan.ping_iters, plan.ping_bytes, protocol)?;
         let us = r.one_way_ns.unwrap_or(0.0) / 1e3;
-        out.push((format!("ping-pong {name} {} B one way", plan.ping_bytes), us, 10.0));
+        out.push((format!("ping-pong {name} {} B one way", plan.ping_bytes), us, Some(10.0)));
     }
     let r = all_reduce::<bf16>(&mut comm, plan.all_reduce_elements, Op::Sum, None, plan.runs, 1)?;
     let what = format!("all-reduce bf16 {} B {:?}", r.bytes, r.algorithm);
-    out.push((what, r.timing.median_us(), 3.0));
+    out.push((what, r.timing.median_us(), None));
     Ok(out)
 }
