@@ -5,15 +5,18 @@
 //!
 //! ```sh
 //! cargo run --release --example tp_decode
-//! cargo run --release --example tp_decode -- --tokens 1,4,16 --hidden 8192,7168
+//! cargo run --release --example tp_decode -- --tokens 1,4,16 --hidden 8192,7168 --out report
 //! ```
+//!
+//! Each shape prints the GEMV alone (and the HBM bandwidth it reaches), the library's all-reduce of the
+//! step's output alone, and the step by each variant; `--out DIR` writes them as a report.
 
 use std::process::ExitCode;
 
 use clap::Parser;
 use ferrocomm::Backend;
 use ferrocomm_examples::all_reduce::GraphRuns;
-use ferrocomm_examples::tp_decode::{gemv, step};
+use ferrocomm_examples::tp_decode::{ShapeReport, all_reduce_alone, gemv, report_csv, report_markdown, step};
 use ferrocomm_examples::{ExampleError, Platform, open_team};
 use ferrocomm_kernels::{Communicator, TpShape, TpVariant};
 
@@ -26,11 +29,15 @@ struct Args {
     /// Hidden sizes (H = K), comma-separated [default: 8192,7168 on GPUs; 264 on the emulator].
     #[arg(long, value_delimiter = ',')]
     hidden: Vec<usize>,
+    /// Also write the report (README.md, data.csv) into this folder.
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
 }
 
 fn run(args: &Args) -> Result<(), ExampleError> {
     let team = open_team()?;
-    print!("{}", Platform::of(&team));
+    let platform = Platform::of(&team).to_string();
+    print!("{platform}");
     let mut comm = Communicator::new(&team)?;
     let runs = GraphRuns::for_team(&team);
     let hidden = match (args.hidden.is_empty(), team.backend()) {
@@ -38,21 +45,34 @@ fn run(args: &Args) -> Result<(), ExampleError> {
         (true, Backend::Cuda) => vec![8192, 7168],
         (true, Backend::Emulator) => vec![264],
     };
-    println!("tensor-parallel GEMV (H = K, bf16, f32 accumulation), time per GEMV from graph replays:");
+    let mut shapes = Vec::new();
     for (i, &h) in hidden.iter().enumerate() {
         for &tokens in &args.tokens {
             let shape = TpShape { tokens, hidden: h, k: h };
-            println!("  {}", gemv(&mut comm, shape, runs, i as u64)?.line());
+            let seed = i as u64;
+            let g = gemv(&mut comm, shape, runs, seed)?;
+            println!("GEMV alone        {}", g.line());
+            let all_reduce = all_reduce_alone(&mut comm, shape, runs, seed)?;
+            println!("all-reduce alone  {} x {} bf16: {:>10.2} us   verified", tokens, h, all_reduce.median_us());
+            let mut steps = Vec::new();
+            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
+                let s = step(&mut comm, shape, variant, runs, seed)?;
+                println!("step              {}", s.line());
+                steps.push(s);
+            }
+            shapes.push(ShapeReport { gemv: g, all_reduce, steps });
         }
     }
-    println!("the whole step (GEMV, all-reduce, residual, RMSNorm), time per step from graph replays:");
-    for (i, &h) in hidden.iter().enumerate() {
-        for &tokens in &args.tokens {
-            let shape = TpShape { tokens, hidden: h, k: h };
-            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
-                println!("  {}", step(&mut comm, shape, variant, runs, i as u64)?.line());
-            }
-        }
+    if let Some(dir) = &args.out {
+        let write = |name: &str, text: String| {
+            std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::write(dir.join(name), text))
+                .map_err(|e| ExampleError::BadArgument(format!("cannot write {}: {e}", dir.join(name).display())))
+        };
+        let ranks_per_gpu = shapes.first().map_or(1, |s| s.gemv.ranks_per_gpu);
+        write("README.md", report_markdown(&platform, ranks_per_gpu, &shapes))?;
+        write("data.csv", report_csv(&shapes))?;
+        println!("report: {}", dir.join("README.md").display());
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 use ferrocomm::SymBuffer;
 use ferrocomm_device::bf16;
 use ferrocomm_kernels::verify::{self, pattern};
-use ferrocomm_kernels::{Communicator, TpDecode, TpShape, TpVariant};
+use ferrocomm_kernels::{Communicator, Op, TpDecode, TpShape, TpVariant};
 
 use crate::ExampleError;
 use crate::all_reduce::GraphRuns;
@@ -135,4 +135,108 @@ pub fn step(
     })?;
     let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
     Ok(StepResult { shape, variant, timing })
+}
+
+/// The library's all-reduce alone of a step's output (`tokens x hidden` `bf16`), verified: the
+/// communication's own time, for scale beside the steps.
+pub fn all_reduce_alone(
+    comm: &mut Communicator<'_>,
+    shape: TpShape,
+    runs: GraphRuns,
+    seed: u64,
+) -> Result<Timing, ExampleError> {
+    let r = crate::all_reduce::all_reduce::<bf16>(comm, shape.tokens * shape.hidden, Op::Sum, None, runs, seed)?;
+    Ok(r.timing)
+}
+
+/// Everything measured for one shape: the GEMV alone, the all-reduce alone, and each variant's step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShapeReport {
+    /// The GEMV alone.
+    pub gemv: GemvResult,
+    /// The all-reduce of the step's output alone.
+    pub all_reduce: Timing,
+    /// Each variant's step.
+    pub steps: Vec<StepResult>,
+}
+
+impl ShapeReport {
+    /// The median step time of `variant`, µs, if it was measured.
+    pub fn step_us(&self, variant: TpVariant) -> Option<f64> {
+        self.steps.iter().find(|s| s.variant == variant).map(|s| s.timing.median_us())
+    }
+}
+
+/// The report's README: what ran where, one row per shape, and how the figures were taken.
+pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeReport]) -> String {
+    let mut out = String::from("# Tensor-parallel decode step\n\n");
+    out += &format!(
+        "Measured with `cargo run --release --example tp_decode -- --out DIR` on:\n\n```text\n{platform}```\n\n"
+    );
+    if ranks_per_gpu > 1 {
+        out += &format!(
+            "> **One GPU: {ranks_per_gpu} ranks share it.** Their all-reduce never crosses NVLink and their kernels \
+             share the SMs and the HBM, so these figures compare the variants' structure (kernels, launches, \
+             synchronisation), not a two-GPU step. NCCL does not run two ranks on one GPU, so variant 1 with \
+             NCCL's all-reduce is not here; `ThreeKernels` is the same structure with the library's all-reduce.\n\n"
+        );
+    }
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".to_owned(),
+    };
+    out += "| tokens | H = K | GEMV alone µs | GEMV HBM GB/s | all-reduce alone µs | ThreeKernels µs | TwoKernels µs \
+            | Fused µs | Fused vs TwoKernels | Fused vs ThreeKernels |\n";
+    out += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    for s in shapes {
+        let us = |v| s.step_us(v).map_or("–".to_owned(), |u| format!("{u:.2}"));
+        let fused = s.step_us(TpVariant::Fused);
+        let hbm = if s.gemv.on_gpus { format!("{:.0}", s.gemv.hbm_gbps()) } else { "–".to_owned() };
+        out += &format!(
+            "| {} | {} | {:.2} | {hbm} | {:.2} | {} | {} | {} | {} | {} |\n",
+            s.gemv.shape.tokens,
+            s.gemv.shape.hidden,
+            s.gemv.timing.median_us(),
+            s.all_reduce.median_us(),
+            us(TpVariant::ThreeKernels),
+            us(TpVariant::TwoKernels),
+            us(TpVariant::Fused),
+            ratio(s.step_us(TpVariant::TwoKernels), fused),
+            ratio(s.step_us(TpVariant::ThreeKernels), fused),
+        );
+    }
+    out += "\n- The step: `out = rmsnorm(all-reduce(x[tokens, K/world] · W[K/world, H]) + residual) · gamma`, bf16 \
+            with f32 accumulation, every variant checked against the CPU reference before it is timed.\n\
+            - ThreeKernels: the GEMV, the sum of its splits, the library's all-reduce, a norm kernel. TwoKernels: \
+            the GEMV, then the all-reduce fused with the residual and the norm. Fused: one kernel, each block \
+            pushing its finished tile to the tile's owner, the reduction and the norm finishing as tiles arrive.\n\
+            - Times: the median over graph replays of (replay time / steps per replay), host-timed from launch to \
+            completion, the launch cost spread over the graph's steps. *Fused vs X*: X's time over Fused's (above 1, \
+            Fused is faster).\n\
+            - GEMV HBM GB/s: the weight bytes of every rank on the GPU over the GEMV's time (each weight is read once).\n";
+    out
+}
+
+/// The report's data, one CSV line per shape (times in µs; empty where not measured, and the HBM figure
+/// off the GPU).
+pub fn report_csv(shapes: &[ShapeReport]) -> String {
+    let mut out =
+        String::from("tokens,hidden,k,gemv_us,gemv_hbm_gbps,all_reduce_us,three_kernels_us,two_kernels_us,fused_us\n");
+    for s in shapes {
+        let us = |v| s.step_us(v).map_or(String::new(), |u| format!("{u:.3}"));
+        let shape = s.gemv.shape;
+        let hbm = if s.gemv.on_gpus { format!("{:.1}", s.gemv.hbm_gbps()) } else { String::new() };
+        out += &format!(
+            "{},{},{},{:.3},{hbm},{:.3},{},{},{}\n",
+            shape.tokens,
+            shape.hidden,
+            shape.k,
+            s.gemv.timing.median_us(),
+            s.all_reduce.median_us(),
+            us(TpVariant::ThreeKernels),
+            us(TpVariant::TwoKernels),
+            us(TpVariant::Fused)
+        );
+    }
+    out
 }

@@ -137,15 +137,31 @@ fn moe_dispatch_and_combine() {
 fn tensor_parallel_gemv_verified_and_timed() {
     let team = emulated(2);
     let mut comm = Communicator::new(&team).unwrap();
+    use ferrocomm_examples::tp_decode::{ShapeReport, all_reduce_alone, report_csv, report_markdown};
+    let mut shapes = Vec::new();
     for tokens in [1, 6] {
         let shape = ferrocomm_kernels::TpShape { tokens, hidden: 72, k: 16 };
-        let r = ok(ferrocomm_examples::tp_decode::gemv(&mut comm, shape, GraphRuns::EMULATOR, 3));
-        assert!(r.line().contains("verified") && !r.on_gpus, "{}", r.line());
+        let gemv = ok(ferrocomm_examples::tp_decode::gemv(&mut comm, shape, GraphRuns::EMULATOR, 3));
+        assert!(gemv.line().contains("verified") && !gemv.on_gpus, "{}", gemv.line());
+        let all_reduce = ok(all_reduce_alone(&mut comm, shape, GraphRuns::EMULATOR, 5));
+        let mut steps = Vec::new();
         for variant in [ferrocomm_kernels::TpVariant::TwoKernels, ferrocomm_kernels::TpVariant::Fused] {
             let r = ok(ferrocomm_examples::tp_decode::step(&mut comm, shape, variant, GraphRuns::EMULATOR, 4));
             assert!(r.line().contains("verified"), "{}", r.line());
+            steps.push(r);
         }
+        shapes.push(ShapeReport { gemv, all_reduce, steps });
     }
+    // The report: a row per shape, no HBM figure off the GPU, no ratio for the variant not measured.
+    let text = report_markdown("emulated\n", 1, &shapes);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| 1 |") || l.starts_with("| 6 |")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows.iter().all(|r| r.contains("| 72 |") && r.contains("| – |") && r.ends_with("| – |")), "{rows:?}");
+    assert!(!text.contains("One GPU"), "one rank per GPU: no shared-GPU banner");
+    let csv = report_csv(&shapes);
+    assert_eq!(csv.lines().count(), 3);
+    let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!((&first[..3], first[4], first[6]), (&["1", "72", "16"][..], "", ""), "{csv}");
 }
 
 #[test]

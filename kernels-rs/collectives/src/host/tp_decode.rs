@@ -12,10 +12,6 @@ use crate::layout::{TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan,
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
 
-/// GEMV blocks per multiprocessor the split count aims for: 16 warps per SM keep enough 16-byte weight
-/// loads in flight to stream HBM.
-const BLOCKS_PER_SM: usize = 4;
-
 /// A decode step's shape: `tokens` rows of `x`, `hidden` output columns and `k` rows of the whole weight
 /// matrix, of which each rank holds `k / world` (the row-parallel linear layer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +33,7 @@ impl TpShape {
 
 impl Communicator<'_> {
     /// The plan of `shape` on this team: its column tiles and enough row splits per tile for
-    /// [`BLOCKS_PER_SM`] blocks on each multiprocessor a rank may use (`Tuning::max_blocks`), each split at
+    /// `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`), each split at
     /// least one row per warp. A shape the kernels cannot run is an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
         let world = self.world();
@@ -52,7 +48,7 @@ impl Communicator<'_> {
             return bad(format!("k must be a positive multiple of the team size ({world})"));
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
-        let target = BLOCKS_PER_SM * self.tuning().max_blocks as usize;
+        let target = (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize;
         let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_WARPS));
         Ok(TpPlan {
             tokens: shape.tokens as u64,

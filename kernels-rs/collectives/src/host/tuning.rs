@@ -47,6 +47,9 @@ pub struct Tuning {
     /// Put and get messages, direct-exchange messages per destination and two-shot chunks (a rank's share
     /// of the message) of at least this many bytes copy through the TMA; smaller ones with loads and stores.
     pub bulk_min_bytes: usize,
+    /// Blocks per multiprocessor a rank may use (`max_blocks` of them) that the tensor-parallel GEMV's plan
+    /// aims for: its row splits per column tile are chosen to fill them.
+    pub tp_blocks_per_sm: u32,
 }
 
 /// Overrides of the defaults, `field=value` pairs separated by commas (`ll_threads=512,max_blocks=64`):
@@ -128,6 +131,7 @@ impl Tuning {
                 "scratch_bytes" => next.scratch_bytes = value as usize,
                 "bulk_stage_bytes" => next.bulk_stage_bytes = value as usize,
                 "bulk_min_bytes" => next.bulk_min_bytes = value as usize,
+                "tp_blocks_per_sm" => next.tp_blocks_per_sm = small(value)?,
                 _ => return Err(bad("no such field (see `Tuning`)")),
             }
         }
@@ -170,6 +174,7 @@ impl Tuning {
             scratch_bytes: GPU_SCRATCH_BYTES,
             bulk_stage_bytes: GPU_BULK_STAGE_BYTES,
             bulk_min_bytes: GPU_BULK_MIN_BYTES,
+            tp_blocks_per_sm: 4,
         }
     }
 
@@ -191,6 +196,7 @@ impl Tuning {
             // The smallest stages, so the tests' few-hundred-byte copies cycle through the ring many times.
             bulk_stage_bytes: 16,
             bulk_min_bytes: 256,
+            tp_blocks_per_sm: 4,
         }
     }
 
@@ -211,6 +217,9 @@ impl Tuning {
             if blocks as usize > MAX_BLOCKS {
                 return Err(CommError::too_many_blocks(name, blocks));
             }
+        }
+        if self.tp_blocks_per_sm == 0 || self.tp_blocks_per_sm > 32 {
+            return bad(format!("tp_blocks_per_sm = {}; use 1 ..= 32", self.tp_blocks_per_sm));
         }
         if self.vectors_per_thread == 0 || self.ll_vectors_per_thread == 0 {
             return bad("vectors_per_thread and ll_vectors_per_thread must be at least 1".into());
