@@ -14,7 +14,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use ferrocomm::Backend;
+use ferrocomm::{Backend, Team};
 use ferrocomm_examples::all_reduce::GraphRuns;
 use ferrocomm_examples::tp_decode::{ShapeReport, all_reduce_alone, gemv, report_csv, report_markdown, step};
 use ferrocomm_examples::{ExampleError, Platform, open_team};
@@ -29,13 +29,20 @@ struct Args {
     /// Hidden sizes (H = K), comma-separated [default: 8192,7168 on GPUs; 264 on the emulator].
     #[arg(long, value_delimiter = ',')]
     hidden: Vec<usize>,
+    /// Ranks [default: the job's, or every GPU, or two ranks on a single GPU]; `--world 1` gives one GPU's
+    /// GEMV the whole GPU.
+    #[arg(long)]
+    world: Option<usize>,
     /// Also write the report (README.md, data.csv) into this folder.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
 }
 
 fn run(args: &Args) -> Result<(), ExampleError> {
-    let team = open_team()?;
+    let team = match args.world {
+        Some(world) => Team::builder().world(world).build()?,
+        None => open_team()?,
+    };
     let platform = Platform::of(&team).to_string();
     print!("{platform}");
     let mut comm = Communicator::new(&team)?;
