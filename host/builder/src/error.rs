@@ -121,8 +121,8 @@ pub enum BuildError {
 
     /// The bitcode is of another NVSHMEM release than the build is pinned to.
     #[error(
-        "NVSHMEM's device bitcode {} is version {found}, but the build is pinned to {expected} (the host \
-         library must be the same release). Fix: `python3 -m pip install nvidia-nvshmem-cu13=={expected}`, or \
+        "NVSHMEM's device bitcode {} is version {found}, but the build expects {expected} (its pin, or \
+         FERROCOMM_NVSHMEM_VERSION; the host library must be the same release). Fix: `python3 -m pip install nvidia-nvshmem-cu13=={expected}`, or \
          set FERROCOMM_NVSHMEM_VERSION={found} where the host library is {found} too",
         bitcode.display()
     )]

@@ -63,7 +63,8 @@ impl std::str::FromStr for NvshmemVersion {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let parts: Vec<u32> = s.trim().split('.').map(str::parse).collect::<Result<_, _>>().map_err(|_| s.to_owned())?;
+        let parts: Vec<u32> =
+            s.trim().split('.').map(str::parse).collect::<Result<_, _>>().map_err(|_| s.to_owned())?;
         match parts[..] {
             [major, minor, patch] => Ok(NvshmemVersion { major, minor, patch }),
             _ => Err(s.to_owned()),
@@ -164,11 +165,7 @@ impl LlvmTools {
         if missing.is_empty() {
             Ok(LlvmTools { bin })
         } else {
-            Err(BuildError::LlvmToolsMissing {
-                bin,
-                missing: missing.join(", "),
-                toolchain: toolchain.to_owned(),
-            })
+            Err(BuildError::LlvmToolsMissing { bin, missing: missing.join(", "), toolchain: toolchain.to_owned() })
         }
     }
 
@@ -275,7 +272,8 @@ mod tests {
     #[test]
     fn missing_llvm_tools_name_the_component() {
         let dir = tempfile::tempdir().unwrap();
-        let msg = LlvmTools::find(dir.path(), "x86_64-unknown-linux-gnu", "nightly-2026-05-20").unwrap_err().to_string();
+        let msg =
+            LlvmTools::find(dir.path(), "x86_64-unknown-linux-gnu", "nightly-2026-05-20").unwrap_err().to_string();
         assert!(msg.contains("rustup component add llvm-tools --toolchain nightly-2026-05-20"), "{msg}");
         assert!(msg.contains("llvm-link, opt, llc"), "{msg}");
     }

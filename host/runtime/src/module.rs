@@ -15,6 +15,8 @@ pub struct KernelModule {
     sass: &'static [(u32, &'static [u8])],
     /// The traced flavour (`--cfg ferrocomm_trace`): PTX only, usually for one architecture.
     traced: &'static [(u32, &'static str)],
+    /// The NVSHMEM flavour (`--cfg ferrocomm_nvshmem`, linked with NVSHMEM's device bitcode): PTX only.
+    nvshmem: &'static [(u32, &'static str)],
 }
 
 /// What a device loads of a [`KernelModule`].
@@ -54,7 +56,7 @@ impl ModuleImage {
 impl KernelModule {
     /// A module named `name` (the kernels crate) with `(compute capability, PTX)` pairs and no SASS.
     pub const fn new(name: &'static str, ptx: &'static [(u32, &'static str)]) -> KernelModule {
-        KernelModule { name, ptx, sass: &[], traced: &[] }
+        KernelModule { name, ptx, sass: &[], traced: &[], nvshmem: &[] }
     }
 
     /// A module with `(compute capability, PTX)` pairs and the `(compute capability, cubin)` pairs ptxas
@@ -64,7 +66,7 @@ impl KernelModule {
         ptx: &'static [(u32, &'static str)],
         sass: &'static [(u32, &'static [u8])],
     ) -> KernelModule {
-        KernelModule { name, ptx, sass, traced: &[] }
+        KernelModule { name, ptx, sass, traced: &[], nvshmem: &[] }
     }
 
     /// This module with the traced flavour's `(compute capability, PTX)` pairs: what a team with tracing on
@@ -86,6 +88,30 @@ impl KernelModule {
                 available: self.traced.iter().map(|p| p.0).collect(),
             }),
         }
+    }
+
+    /// This module with the NVSHMEM flavour's `(compute capability, PTX)` pairs: what a team initialised
+    /// with NVSHMEM loads ([`KernelModule::nvshmem_for`]).
+    pub const fn with_nvshmem(mut self, nvshmem: &'static [(u32, &'static str)]) -> KernelModule {
+        self.nvshmem = nvshmem;
+        self
+    }
+
+    /// The NVSHMEM flavour's PTX for a device of compute capability `cc` (the newest architecture not newer
+    /// than the device, JIT-compiled at load), or `None` when the crate was built without it.
+    pub fn nvshmem_for(&self, cc: u32) -> Option<ModuleImage> {
+        let found = self.nvshmem.iter().filter(|(arch, _)| *arch <= cc).max_by_key(|(arch, _)| *arch);
+        found.map(|&(cc, ptx)| ModuleImage::Ptx { cc, ptx })
+    }
+
+    /// The compute capabilities the NVSHMEM flavour was built for (empty: the crate has none).
+    pub fn nvshmem_arches(&self) -> Vec<u32> {
+        self.nvshmem.iter().map(|t| t.0).collect()
+    }
+
+    /// The NVSHMEM flavour's `(compute capability, PTX)` pairs.
+    pub fn nvshmem_ptx(&self) -> &'static [(u32, &'static str)] {
+        self.nvshmem
     }
 
     /// The compute capabilities the traced flavour was built for.
@@ -145,15 +171,16 @@ impl KernelModule {
 #[macro_export]
 macro_rules! kernel_module {
     () => {
-        /// The PTX of this kernels crate, one module per architecture, its SASS where ptxas made it, and
-        /// its traced flavour, embedded at build time.
+        /// The PTX of this kernels crate, one module per architecture, its SASS where ptxas made it, its
+        /// traced flavour and its NVSHMEM flavour, embedded at build time.
         #[doc(hidden)]
         pub static __FERROCOMM_MODULE: ::ferrocomm::KernelModule = ::ferrocomm::KernelModule::with_sass(
             env!("CARGO_CRATE_NAME"),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs")),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_sass.rs")),
         )
-        .with_traced(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs")));
+        .with_traced(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs")))
+        .with_nvshmem(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_nvshmem.rs")));
     };
 }
 
