@@ -73,3 +73,6 @@ pub fn nvshmem_all_reduce_f32(data: SymSliceMut<f32>, stage: SymSliceMut<f32>, p
 
 #[cfg(not(target_arch = "nvptx64"))]
 ferrocomm::kernel_module!();
+
+#[cfg(not(target_arch = "nvptx64"))]
+pub mod host;
