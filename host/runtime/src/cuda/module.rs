@@ -86,9 +86,21 @@ impl CudaTeam {
         // A traced team runs the traced flavour (see `ferrocomm_device::trace`), every other team the
         // ordinary modules, which hold no trace code.
         let ring = team.trace_ring(rank);
-        let image = match ring {
-            Some(_) => module.traced_for(gpu.cc)?,
-            None => module.image_for(gpu.cc)?,
+        // A team with NVSHMEM runs the NVSHMEM flavour where the crate has one (not traced: that flavour has
+        // no trace hooks); any other module reaches peers by loads and stores alone, which must reach them all.
+        let nvshmem_image = match (&team.nvshmem, ring) {
+            (Some(_), None) => module.nvshmem_for(gpu.cc),
+            _ => None,
+        };
+        if let (Some(nv), None) = (&team.nvshmem, nvshmem_image)
+            && let Some(peer) = nv.first_unreachable()
+        {
+            return Err(Error::NvshmemUnreachable { module: module.name(), rank: team.local[rank], peer });
+        }
+        let image = match (nvshmem_image, ring) {
+            (Some(image), _) => image,
+            (None, Some(_)) => module.traced_for(gpu.cc)?,
+            (None, None) => module.image_for(gpu.cc)?,
         };
         let cc = image.cc();
         // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
@@ -122,6 +134,14 @@ impl CudaTeam {
             device: gpu.device(),
             source,
         })?;
+        if let (Some(nv), Some(ModuleImage::Ptx { ptx, .. })) = (&team.nvshmem, nvshmem_image) {
+            let bound = nv.bind_module(handle, module.name(), ptx);
+            if let Err(e) = bound {
+                // SAFETY: loaded above in the current context, used by nothing yet.
+                let _ = unsafe { result::module::unload(handle) };
+                return Err(e);
+            }
+        }
         let loaded = Arc::new(LoadedModule {
             ctx: Arc::clone(&gpu.ctx),
             module: handle,

@@ -52,12 +52,27 @@ pub(crate) fn create(
         }
     };
     let devices = gather_devices(&group, device)?;
+    let nvshmem = if plan.nvshmem { Some(init_nvshmem(&group, exec.as_ref())?) } else { None };
     tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
-    let mut shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
+    let mut shared =
+        TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group), nvshmem)?;
     if let Some(config) = plan.trace {
         shared.enable_trace(config)?;
     }
     Ok(Team { shared: Arc::new(shared) })
+}
+
+/// NVSHMEM as PE `rank` of the job: rank 0 makes the unique id, the rendezvous carries it to every rank,
+/// and each initialises on its GPU's context.
+fn init_nvshmem(group: &ProcessGroup, exec: &dyn Exec) -> Result<crate::nvshmem::Nvshmem, Error> {
+    let (rank, world) = (group.rank(), group.world());
+    let mine = if rank == 0 { crate::nvshmem::unique_id()?.to_bytes() } else { Vec::new() };
+    let all = group.all_gather("NVSHMEM's unique id", &mine)?;
+    let id = crate::nvshmem::UniqueId::from_bytes(&all[0]).ok_or_else(|| Error::TeamConfig {
+        reason: format!("rank 0 sent {} bytes as NVSHMEM's unique id", all[0].len()),
+    })?;
+    exec.make_current(0)?;
+    crate::nvshmem::Nvshmem::init(rank, world, &id)
 }
 
 /// The GPU of the process with local rank `local_rank`, `per_gpu` processes to a GPU of `gpus` (the
