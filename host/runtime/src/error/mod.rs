@@ -374,7 +374,8 @@ pub enum Error {
     /// NVSHMEM's symmetric heap has no room for an allocation.
     #[error(
         "NVSHMEM's symmetric heap ({}{}) has no room for {label} ({} requested, {} of this team's allocations live); \
-         set NVSHMEM_SYMMETRIC_SIZE={suggested} (or larger) before the team is made",
+         set NVSHMEM_SYMMETRIC_SIZE={suggested} (or larger) before the team is made, and NVSHMEM_MAX_MEMORY_PER_GPU \
+         (the most the heap grows to) no lower, or allocate less if the GPU has not that much free",
         crate::nvshmem::human(*heap),
         if *heap_from_env { ", from NVSHMEM_SYMMETRIC_SIZE" } else { ", NVSHMEM's default" },
         crate::nvshmem::human(*bytes),

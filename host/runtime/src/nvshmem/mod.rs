@@ -44,6 +44,8 @@ pub const SONAME: &str = "libnvshmem_host.so.3";
 pub const SYMMETRIC_SIZE_ENV: &str = "NVSHMEM_SYMMETRIC_SIZE";
 /// NVSHMEM's heap when [`SYMMETRIC_SIZE_ENV`] is unset (NVSHMEM 3.4's default).
 pub const DEFAULT_SYMMETRIC_SIZE: u64 = 1 << 30;
+/// The most NVSHMEM's heap grows to (it starts at [`SYMMETRIC_SIZE_ENV`] and grows on demand).
+pub const MAX_MEMORY_ENV: &str = "NVSHMEM_MAX_MEMORY_PER_GPU";
 /// The transport NVSHMEM uses to reach PEs that P2P cannot.
 pub const REMOTE_TRANSPORT_ENV: &str = "NVSHMEM_REMOTE_TRANSPORT";
 /// The NVSHMEM release the project is built and tested with (the bitcode the builder links is pinned to it).
@@ -282,7 +284,9 @@ impl Nvshmem {
         let ((major, minor, patch), _) = lib.versions();
         let version = Version { major, minor, patch };
         // SAFETY: no arguments.
-        if unsafe { (lib.init_status)() } != 0 {
+        let status = unsafe { (lib.init_status)() };
+        // NVSHMEM_STATUS_IS_INITIALIZED, _LIMITED_MPG, _FULL_MPG (nvshmem_constants.h).
+        if (2..=4).contains(&status) {
             return Err(Error::TeamConfig {
                 reason: "NVSHMEM is already initialised in this process: a process has one NVSHMEM team at a time; \
                          drop the other one first"
