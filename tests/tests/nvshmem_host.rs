@@ -59,3 +59,23 @@ fn nvshmem_errors_name_the_fix() {
     let msg = Error::NvshmemUnreachable { module: "ferrocomm_kernels", rank: 0, peer: 8 }.to_string();
     assert!(msg.contains("`ferrocomm_kernels`") && msg.contains("rank 8") && msg.contains("nvshmem()"), "{msg}");
 }
+
+/// `ferrocomm doctor`'s NVSHMEM lines: the release, the transports, the bootstrap and the heap — or, without
+/// the library, that kernels then reach this node's GPUs only and how to install it.
+#[test]
+fn doctor_reports_nvshmem() {
+    let render = |found: &Result<nvshmem::NvshmemInfo, String>| {
+        let mut out = Vec::new();
+        ferrocomm_cli::doctor::render_nvshmem(found, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    };
+    let missing = Error::NvshmemMissing { tried: "libnvshmem_host.so.3 (not found)".into() }.to_string();
+    let text = render(&Err(missing));
+    assert!(text.starts_with("NVSHMEM: not available") && text.contains("pip install nvidia-nvshmem-cu13"), "{text}");
+    let Ok(info) = nvshmem::probe() else { return };
+    let text = render(&Ok(info));
+    for needle in ["NVSHMEM: 3.4.5, OpenSHMEM", "transports: ", "ibgda", "uid: found", "symmetric heap: ", "GiB per PE"]
+    {
+        assert!(text.contains(needle), "`{needle}` missing from:\n{text}");
+    }
+}
