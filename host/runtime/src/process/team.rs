@@ -27,7 +27,7 @@ pub(crate) fn create(
         Some(k) => k,
         None => ranks_per_gpu_from(&env)?.unwrap_or(1),
     };
-    let group = ProcessGroup::join(job, rendezvous_timeout(&env)?)?;
+    let group = ProcessGroup::join(job, rendezvous_timeout(&env)?, plan.nvshmem)?;
     let (rank, world) = (group.rank(), group.world());
     group.agree("the backend", plan.backend.name())?;
     let (exec, device): (Box<dyn Exec>, Device) = match plan.backend {
@@ -39,10 +39,12 @@ pub(crate) fn create(
                 .iter()
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .collect();
-            check_reachable(ordinal, &buses)?;
+            // PCI bus ids name GPUs of this host only (another host's GPU may sit at the same address).
+            let here: Vec<String> = group.local_ranks().iter().map(|&r| buses[r].clone()).collect();
+            check_reachable(ordinal, &here)?;
             // Kernels of several processes on one GPU: programmatic dependent launch is off, as for ranks
             // sharing a GPU in one process.
-            let shares = buses.iter().enumerate().any(|(r, b)| r != rank && *b == bus);
+            let shares = group.local_ranks().iter().any(|&r| r != rank && buses[r] == bus);
             let exec = CudaTeam::for_process(ordinal, plan.programmatic_launch && !shares)?;
             (Box::new(exec), Device::Cuda { ordinal })
         }
