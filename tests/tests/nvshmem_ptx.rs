@@ -76,6 +76,9 @@ fn the_nvshmem_calls_are_linked_in_not_declared() {
             ".visible .func nvshmemx_putmem_signal_nbi_block(",
             ".visible .func nvshmem_quiet()",
             ") nvshmem_signal_fetch(",
+            ".visible .func nvshmemx_signal_op(",
+            ".visible .func nvshmem_fence()",
+            ") nvshmem_ptr(",
         ] {
             assert!(ptx.contains(defined), "sm_{cc}: `{defined}` is not defined in the module");
         }

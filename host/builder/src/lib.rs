@@ -552,6 +552,18 @@ pub fn ptx_entries(ptx: &str) -> Vec<&str> {
 /// the crate is itself being compiled for the GPU (the nested build). Exits with the error's message on
 /// failure, which cargo shows as the build script's output.
 pub fn build_script() {
+    build_script_with(|builder| builder)
+}
+
+/// [`build_script`] with the builder configured by `configure` first, e.g. for the NVSHMEM flavour:
+///
+/// ```no_run
+/// // build.rs
+/// fn main() {
+///     ferrocomm_builder::build_script_with(|b| b.nvshmem());
+/// }
+/// ```
+pub fn build_script_with(configure: impl FnOnce(PtxBuilder) -> PtxBuilder) {
     if is_nested_build() {
         return;
     }
@@ -559,7 +571,7 @@ pub fn build_script() {
         eprintln!("error: {}", BuildError::MissingEnv("CARGO_MANIFEST_DIR"));
         std::process::exit(1);
     };
-    if let Err(err) = PtxBuilder::new(dir).cargo_directives(true).build() {
+    if let Err(err) = configure(PtxBuilder::new(dir)).cargo_directives(true).build() {
         eprintln!("error: {err}");
         std::process::exit(1);
     }

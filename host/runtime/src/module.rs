@@ -104,6 +104,31 @@ impl KernelModule {
         found.map(|&(cc, ptx)| ModuleImage::Ptx { cc, ptx })
     }
 
+    /// What rank `rank` of a team loads on a device of compute capability `cc`, and whether it is the NVSHMEM
+    /// flavour: a traced team the traced flavour; a team with NVSHMEM (`unreachable`: `Some` of the first
+    /// peer loads and stores cannot reach, if any) the NVSHMEM flavour where the crate has one, else the
+    /// ordinary image only when every peer is reachable; any other team the ordinary image.
+    pub(crate) fn image_for_team(
+        &self,
+        cc: u32,
+        traced: bool,
+        nvshmem: Option<Option<usize>>,
+        rank: usize,
+    ) -> Result<(ModuleImage, bool), Error> {
+        // The NVSHMEM flavour has no trace hooks: a traced team runs the traced one, which must then reach
+        // every peer by loads and stores.
+        if let (Some(_), false) = (nvshmem, traced)
+            && let Some(image) = self.nvshmem_for(cc)
+        {
+            return Ok((image, true));
+        }
+        if let Some(Some(peer)) = nvshmem {
+            return Err(Error::NvshmemUnreachable { module: self.name, rank, peer });
+        }
+        let image = if traced { self.traced_for(cc)? } else { self.image_for(cc)? };
+        Ok((image, false))
+    }
+
     /// The compute capabilities the NVSHMEM flavour was built for (empty: the crate has none).
     pub fn nvshmem_arches(&self) -> Vec<u32> {
         self.nvshmem.iter().map(|t| t.0).collect()
@@ -223,6 +248,37 @@ mod tests {
         let msg = TRACED.traced_for(80).unwrap_err().to_string();
         assert!(msg.contains("FERROCOMM_TRACE_ARCHES") && msg.contains("sm_80"), "{msg}");
         assert!(TWO.traced_for(90).is_err() && TRACED.traced_arches() == [90]);
+    }
+
+    static LINKED: KernelModule =
+        KernelModule::new("linked", &[(90, "ptx90")]).with_nvshmem(&[(80, "nv80"), (90, "nv90")]);
+
+    #[test]
+    fn a_team_with_nvshmem_runs_the_nvshmem_flavour_or_needs_every_peer_reachable() {
+        // No NVSHMEM: the ordinary image, whatever the crate has.
+        assert_eq!(
+            LINKED.image_for_team(90, false, None, 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "ptx90" }, false)
+        );
+        // NVSHMEM: the flavour for the newest architecture the device runs, reachable peers or not.
+        assert_eq!(
+            LINKED.image_for_team(86, false, Some(Some(3)), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 80, ptx: "nv80" }, true)
+        );
+        assert_eq!(LINKED.image_for_team(90, false, Some(None), 0).unwrap().1, true);
+        // A crate without the flavour: fine where loads and stores reach every peer, a typed error where not.
+        assert_eq!(
+            TWO.image_for_team(90, false, Some(None), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "ptx90" }, false)
+        );
+        let e = TWO.image_for_team(90, false, Some(Some(9)), 1).unwrap_err();
+        assert!(matches!(e, Error::NvshmemUnreachable { module: "two", rank: 1, peer: 9 }), "{e}");
+        // A traced team runs the traced flavour, which reaches peers by loads and stores only.
+        assert_eq!(
+            TRACED.image_for_team(90, true, Some(None), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "t90" }, false)
+        );
+        assert!(LINKED.image_for_team(90, true, Some(Some(1)), 0).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //!
 //! | build | lowering |
 //! | --- | --- |
-//! | NVSHMEM flavour (`--cfg ferrocomm_nvshmem`, linked with `libnvshmem_device.bc` by the builder) | `nvshmemx_putmem_signal_nbi_{block,warp}`, `nvshmem_putmem_signal_nbi`, `nvshmemx_signal_op`, `nvshmem_signal_fetch`, `nvshmem_quiet`, `nvshmem_ptr` |
+//! | NVSHMEM flavour (`--cfg ferrocomm_nvshmem`, linked with `libnvshmem_device.bc` by the builder) | `nvshmemx_putmem_signal_nbi_{block,warp}`, `nvshmem_putmem_signal_nbi`, `nvshmem_fence` + `nvshmemx_signal_op`, `nvshmem_signal_fetch`, `nvshmem_quiet`, `nvshmem_ptr` |
 //! | ordinary PTX | the device library's own stores through the peer table: the host refuses to launch it on a team whose peers loads and stores cannot reach |
 //! | host (the emulator) | the same stores on the emulator's memory model, seen by its checker |
 //!
@@ -15,7 +15,7 @@
 //! ([`PeerSlice`]): remote transports (IBGDA, IB RC) read only memory of NVSHMEM's symmetric heap.
 //!
 //! Ordering: a put-with-signal's signal is delivered after its data, so a peer that sees the signal by a
-//! [`wait_signal`] sees the data; [`RemotePutToken::quiet`] (or its drop) completes the put at the source,
+//! [`wait_signal_acquire`] sees the data; [`RemotePutToken::quiet`] (or its drop) completes the put at the source,
 //! after which the source may be rewritten. Waits keep the library's timeout: NVSHMEM's
 //! `nvshmem_signal_wait_until` polls forever in its released builds (`NVSHMEM_TIMEOUT_DEVICE_POLLING=OFF`),
 //! so the wait polls `nvshmem_signal_fetch` under the library's timed loop, then fences with acquire
@@ -35,7 +35,7 @@
 //!     let put = nvshmem::put_signal_nbi(Group::Block, &next, inbox, rank as usize * n, mine, 0, SignalOp::Add(1));
 //!     put.quiet();
 //!     if thread_rank() == 0 {
-//!         nvshmem::wait_signal(&session.channel((rank + world - 1) % world), 0, Cmp::Ge, session.epoch());
+//!         nvshmem::wait_signal_acquire(&session.channel((rank + world - 1) % world), 0, Cmp::Ge, session.epoch());
 //!     }
 //!     sync_threads();
 //! }
@@ -81,6 +81,7 @@ mod sys {
             pe: i32,
         );
         pub fn nvshmemx_signal_op(sig_addr: *mut u64, signal: u64, sig_op: i32, pe: i32);
+        pub fn nvshmem_fence();
         pub fn nvshmem_signal_fetch(sig_addr: *const u64) -> u64;
         pub fn nvshmem_quiet();
         pub fn nvshmem_ptr(ptr: *const u8, pe: i32) -> *mut u8;
@@ -178,27 +179,32 @@ pub fn put_signal_nbi<T: DeviceCopy>(
     RemotePutToken { group }
 }
 
-/// Raises signal `signal` of the channel's peer's copy of its pad as `op` says, ordered after this thread's
-/// earlier puts to that peer (`nvshmemx_signal_op`; else a release store or add).
+/// Raises signal `signal` of the channel's peer's copy of its pad as `op` says, delivered after this
+/// thread's earlier puts to that peer: `nvshmem_fence` then `nvshmemx_signal_op` (NVSHMEM orders a signal
+/// operation after earlier puts only across a fence); else a release store or add.
 #[inline(always)]
 #[track_caller]
-pub fn signal(ch: &Channel, signal: usize, op: SignalOp) {
+pub fn signal_release(ch: &Channel, signal: usize, op: SignalOp) {
     #[cfg(all(target_arch = "nvptx64", ferrocomm_nvshmem))]
     {
         let (value, op) = signal_op(op);
         // SAFETY: a symmetric signal of the pad (bounds-checked by `inbox`), and a PE of the team.
-        unsafe { sys::nvshmemx_signal_op(ch.inbox(signal).as_ptr(), value, op, ch.peer() as i32) };
+        unsafe {
+            sys::nvshmem_fence();
+            sys::nvshmemx_signal_op(ch.inbox(signal).as_ptr(), value, op, ch.peer() as i32)
+        };
     }
     #[cfg(not(all(target_arch = "nvptx64", ferrocomm_nvshmem)))]
     ch.signal(signal).raise_release(op);
 }
 
 /// Waits until signal `signal` of this rank's copy of the channel's pad (the one the peer raises) satisfies
-/// `cmp expected`; returns the value seen. The data the signal covers is visible after it. On timeout it
+/// `cmp expected`, with acquire ordering: the data the signal covers is visible after it. Returns the
+/// value seen. On timeout it
 /// records a `Timeout` with this call's location and ends the thread, as every wait of the library does.
 #[inline(always)]
 #[track_caller]
-pub fn wait_signal(ch: &Channel, signal: usize, cmp: Cmp, expected: u64) -> u64 {
+pub fn wait_signal_acquire(ch: &Channel, signal: usize, cmp: Cmp, expected: u64) -> u64 {
     let sig = ch.inbox(signal);
     #[cfg(all(target_arch = "nvptx64", ferrocomm_nvshmem))]
     {

@@ -76,12 +76,15 @@ pub fn put_signal_reference(rank: usize, sources: &[Vec<u32>], before: &[u32]) -
 }
 
 /// Launches [`crate::nvshmem_put_signal`] `launches` times with `len` elements per rank (new sources each
-/// time, on the same pad: its epochs carry on) and checks every local rank's `dst` after each.
+/// time, on the same pad: its epochs carry on) and checks every local rank's `dst` after each, and that
+/// loads and stores reach every rank (true of every team these checks run on: the emulator's, and GPUs of
+/// one node).
 pub fn check_put_signal(team: &Team, len: usize, threads: u32, launches: usize) -> Result<(), CheckError> {
     let world = team.world();
     let mut src = SymBuffer::<u32>::new(team, len)?;
     let mut dst = SymBuffer::<u32>::new(team, world * len)?;
-    let pad = SignalPadBuffer::new(team, "nvshmem_put_signal", 1)?;
+    let mut reach = SymBuffer::<u32>::new(team, world)?;
+    let pad = SignalPadBuffer::new(team, "nvshmem_put_signal", 2)?;
     let mut expected: Vec<Vec<u32>> = vec![vec![0; world * len]; world];
     for launch in 0..launches {
         let sources: Vec<Vec<u32>> =
@@ -89,11 +92,13 @@ pub fn check_put_signal(team: &Team, len: usize, threads: u32, launches: usize) 
         for rank in team.local_ranks() {
             src.copy_from_host(rank, &sources[rank])?;
         }
-        crate::nvshmem_put_signal::launch(team, LaunchConfig::new(1, threads), &src, &mut dst, &pad)?.wait()?;
+        let cfg = LaunchConfig::new(1, threads);
+        crate::nvshmem_put_signal::launch(team, cfg, &src, &mut dst, &mut reach, &pad)?.wait()?;
         for rank in team.local_ranks() {
             expected[rank] = put_signal_reference(rank, &sources, &expected[rank]);
             let what = format!("nvshmem_put_signal, {len} elements, launch {launch}");
             compare(&what, rank, &expected[rank], &dst.to_host(rank)?)?;
+            compare(&format!("{what}: reachable ranks"), rank, &vec![1; world], &reach.to_host(rank)?)?;
         }
     }
     Ok(())

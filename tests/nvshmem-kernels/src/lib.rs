@@ -4,7 +4,7 @@
 //!
 //! | kernel | what |
 //! | --- | --- |
-//! | [`nvshmem_put_signal`] | every rank puts its `src` into slot `rank` of the next rank's `dst` with a signal, and waits for the previous rank's |
+//! | [`nvshmem_put_signal`] | every rank puts its `src` into slot `rank` of the next rank's `dst` with a signal, raises a second signal, waits for the previous rank's, and records which ranks loads and stores reach |
 //! | [`nvshmem_all_reduce_f32`] | a one-shot sum: every rank puts its `data` into slot `rank` of every rank's `stage` with a signal, waits for all, sums |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
@@ -14,10 +14,12 @@ use ferrocomm_device::nvshmem;
 use ferrocomm_device::prelude::*;
 
 /// Rank `r` puts `src` (its copy) into elements `r * len(src)..` of rank `(r + 1) % world`'s `dst`, raising
-/// that rank's signal 0 by one; then waits until its own signal 0 reached the launch's epoch (the previous
-/// rank's put arrived). Every thread of block 0 takes part; other blocks only keep the pad's epoch.
-#[kernel(requires(len(dst) >= world() * len(src)))]
-pub fn nvshmem_put_signal(src: SymSlice<u32>, dst: SymSliceMut<u32>, pad: SignalPad) {
+/// that rank's signal 0 by one with the data, then its signal 1 by a release signal of its own; waits until
+/// both of its own signals reached the launch's epoch (the previous rank's put arrived), and records in
+/// `reach[q]` whether loads and stores reach rank `q` (`nvshmem_ptr`). Every thread of block 0 takes part;
+/// other blocks only keep the pad's epoch.
+#[kernel(requires(len(dst) >= world() * len(src), len(reach) >= world()))]
+pub fn nvshmem_put_signal(src: SymSlice<u32>, dst: SymSliceMut<u32>, reach: SymSliceMut<u32>, pad: SignalPad) {
     let (rank, world) = (team::rank(), team::world());
     let session = pad.session();
     if block_rank() == 0 {
@@ -25,8 +27,15 @@ pub fn nvshmem_put_signal(src: SymSlice<u32>, dst: SymSliceMut<u32>, pad: Signal
         let at = rank as usize * src.len();
         nvshmem::put_signal_nbi(Group::Block, &next, dst, at, src.peer(rank), 0, SignalOp::Add(1)).quiet();
         if thread_rank() == 0 {
+            nvshmem::signal_release(&next, 1, SignalOp::Add(1));
             let prev = session.channel((rank + world - 1) % world);
-            nvshmem::wait_signal(&prev, 0, Cmp::Ge, session.epoch());
+            nvshmem::wait_signal_acquire(&prev, 0, Cmp::Ge, session.epoch());
+            nvshmem::wait_signal_acquire(&prev, 1, Cmp::Ge, session.epoch());
+            for q in 0..world {
+                let reachable = nvshmem::reachable(&session.channel(q), dst).is_some();
+                // SAFETY: element `q` of this rank's own copy, which only this thread writes.
+                unsafe { reach.local().write(q as usize, reachable as u32) };
+            }
         }
         sync_threads();
     }
@@ -50,7 +59,7 @@ pub fn nvshmem_all_reduce_f32(data: SymSliceMut<f32>, stage: SymSliceMut<f32>, p
     }
     if thread_rank() == 0 {
         for q in 0..world {
-            nvshmem::wait_signal(&session.channel(q), q as usize, Cmp::Ge, session.epoch());
+            nvshmem::wait_signal_acquire(&session.channel(q), q as usize, Cmp::Ge, session.epoch());
         }
     }
     sync_threads();

@@ -83,25 +83,11 @@ impl CudaTeam {
         }
         let gpu = self.gpu_of(rank);
         let device = Some(gpu.device());
-        // A traced team runs the traced flavour (see `ferrocomm_device::trace`), every other team the
-        // ordinary modules, which hold no trace code.
+        // A traced team runs the traced flavour (see `ferrocomm_device::trace`), a team with NVSHMEM the
+        // NVSHMEM flavour where the crate has one, every other team the ordinary modules.
         let ring = team.trace_ring(rank);
-        // A team with NVSHMEM runs the NVSHMEM flavour where the crate has one (not traced: that flavour has
-        // no trace hooks); any other module reaches peers by loads and stores alone, which must reach them all.
-        let nvshmem_image = match (&team.nvshmem, ring) {
-            (Some(_), None) => module.nvshmem_for(gpu.cc),
-            _ => None,
-        };
-        if let (Some(nv), None) = (&team.nvshmem, nvshmem_image)
-            && let Some(peer) = nv.first_unreachable()
-        {
-            return Err(Error::NvshmemUnreachable { module: module.name(), rank: team.local[rank], peer });
-        }
-        let image = match (nvshmem_image, ring) {
-            (Some(image), _) => image,
-            (None, Some(_)) => module.traced_for(gpu.cc)?,
-            (None, None) => module.image_for(gpu.cc)?,
-        };
+        let unreachable = team.nvshmem.as_ref().map(|nv| nv.first_unreachable());
+        let (image, linked) = module.image_for_team(gpu.cc, ring.is_some(), unreachable, team.local[rank])?;
         let cc = image.cc();
         // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
         // it is copied into 8-byte aligned memory (`include_bytes!` aligns to 1).
@@ -134,7 +120,7 @@ impl CudaTeam {
             device: gpu.device(),
             source,
         })?;
-        if let (Some(nv), Some(ModuleImage::Ptx { ptx, .. })) = (&team.nvshmem, nvshmem_image) {
+        if let (Some(nv), true, ModuleImage::Ptx { ptx, .. }) = (&team.nvshmem, linked, image) {
             let bound = nv.bind_module(handle, module.name(), ptx);
             if let Err(e) = bound {
                 // SAFETY: loaded above in the current context, used by nothing yet.
