@@ -558,10 +558,8 @@ pub fn build_script() {
 /// [`build_script`] with the builder configured by `configure` first, e.g. for the NVSHMEM flavour:
 ///
 /// ```no_run
-/// // build.rs
-/// fn main() {
-///     ferrocomm_builder::build_script_with(|b| b.nvshmem());
-/// }
+/// // the body of a kernels crate's build.rs `main`
+/// ferrocomm_builder::build_script_with(|b| b.nvshmem());
 /// ```
 pub fn build_script_with(configure: impl FnOnce(PtxBuilder) -> PtxBuilder) {
     if is_nested_build() {

@@ -131,6 +131,7 @@ impl Part {
 impl TeamShared {
     /// The core of a team of `world` ranks, `local` of which run here on `exec`; allocates their error
     /// buffers.
+    #[expect(clippy::too_many_arguments, reason = "each part of the core comes from a different place of the builder")]
     pub fn new(
         backend: Backend,
         world: usize,
