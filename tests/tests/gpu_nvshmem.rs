@@ -6,9 +6,15 @@
 //! Skipped with a visible message without a GPU, or without NVSHMEM's host library (`python3 -m pip install
 //! nvidia-nvshmem-cu13==3.4.5`, or `FERROCOMM_NVSHMEM_LIB=<dir>`), or without the kernels' NVSHMEM flavour
 //! (the build found no bitcode). When `FERROCOMM_REQUIRE_GPUS=N` is set, a missing GPU, library or flavour
-//! fails instead. NVSHMEM initialises once per process, so everything runs in one test, in order.
+//! fails instead. NVSHMEM initialises once per process, so the one-PE checks run in one test, in order.
+//!
+//! With two GPUs or more, a second test starts a job of two processes (torchrun's variables), one PE each:
+//! rank 0's unique id travels over ferrocomm's rendezvous, and the same checks run across the two PEs.
 
 use std::time::Duration;
+
+#[path = "support/local_job.rs"]
+mod local_job;
 
 use ferrocomm::{Backend, Error, SymBuffer, Team, nvshmem, system};
 use ferrocomm_nvshmem_kernels::__FERROCOMM_MODULE as MODULE;
@@ -27,19 +33,27 @@ fn skip_or_fail(why: String) {
     eprintln!("skipped: {why}");
 }
 
-/// The one-PE team, or `None` where this machine cannot run it (see the module docs).
-fn nvshmem_team() -> Option<Team> {
-    let gpus = system::driver().map(|d| d.gpu_count).unwrap_or(0);
-    if gpus == 0 {
+/// Whether this machine can run the NVSHMEM tests with `gpus` GPUs at least: the GPUs, NVSHMEM's host
+/// library and the kernels' NVSHMEM flavour (see the module docs).
+fn runnable(gpus: usize) -> bool {
+    let present = system::driver().map(|d| d.gpu_count).unwrap_or(0);
+    if present == 0 {
         let why = system::driver().err().map(|e| e.to_string()).unwrap_or_default();
         skip_or_fail(format!("no GPU for the NVSHMEM test ({why})"));
-        return None;
+        return false;
+    }
+    if present < gpus {
+        // Not a failure under FERROCOMM_REQUIRE_GPUS=1: the machine has what it was required to have.
+        let need: usize = std::env::var(REQUIRE_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        assert!(need < gpus, "{REQUIRE_ENV}={need} but {present} GPU(s) are usable");
+        eprintln!("skipped: the test needs {gpus} GPUs, this machine has {present}");
+        return false;
     }
     let info = match nvshmem::probe() {
         Ok(info) => info,
         Err(e) => {
             skip_or_fail(format!("NVSHMEM cannot be used: {e}"));
-            return None;
+            return false;
         }
     };
     eprintln!("NVSHMEM {} from {} (transports: {:?})", info.version, info.library.display(), info.transports);
@@ -48,6 +62,14 @@ fn nvshmem_team() -> Option<Team> {
             "ferrocomm-nvshmem-kernels was built without its NVSHMEM flavour (no libnvshmem_device.bc at build time)"
                 .into(),
         );
+        return false;
+    }
+    true
+}
+
+/// The one-PE team, or `None` where this machine cannot run it (see the module docs).
+fn nvshmem_team() -> Option<Team> {
+    if !runnable(1) {
         return None;
     }
     if std::env::var_os("NVSHMEM_DISABLE_NVLS").is_none() {
@@ -63,7 +85,7 @@ fn nvshmem_team() -> Option<Team> {
         .nvshmem(true)
         .timeout(Duration::from_secs(5))
         .build()
-        .unwrap_or_else(|e| panic!("an NVSHMEM team of one PE on a GPU with NVSHMEM {}: {e}", info.version));
+        .unwrap_or_else(|e| panic!("an NVSHMEM team of one PE on a GPU: {e}"));
     Some(team)
 }
 
@@ -95,4 +117,45 @@ fn one_pe_puts_signals_and_all_reduces_through_nvshmem() {
         Ok(_) => panic!("NVSHMEM's heap of {heap} bytes gave {too_big} bytes"),
     }
     check_put_signal(&team, 64, 128, 1).unwrap_or_else(|e| panic!("put/signal after the heap error: {e}"));
+}
+
+/// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
+const RANK_ENV: &str = "FERROCOMM_TEST_NVSHMEM_RANK";
+
+#[test]
+fn two_pes_in_two_processes_put_signal_and_all_reduce() {
+    if std::env::var_os(RANK_ENV).is_some() || !runnable(2) {
+        return;
+    }
+    let outputs = local_job::job(2, &[0, 1], Duration::from_secs(180), |_| {
+        vec![
+            (RANK_ENV, "1".to_owned()),
+            ("FERROCOMM_BACKEND", "cuda".to_owned()),
+            ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
+        ]
+    });
+    for o in &outputs {
+        assert!(o.code == Some(0) && o.outcome() == "ok", "{o:?}");
+    }
+}
+
+/// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`], when this binary runs as one.
+#[test]
+fn rank_process() {
+    if std::env::var_os(RANK_ENV).is_none() {
+        return;
+    }
+    let played = || -> Result<(), Box<dyn std::error::Error>> {
+        let team = Team::builder().nvshmem(true).timeout(Duration::from_secs(5)).build()?;
+        assert!(team.spans_processes() && team.world() == 2 && team.backend() == Backend::Cuda);
+        check_put_signal(&team, 1000, 256, 3)?;
+        check_all_reduce(&team, 333, 256, 3)?;
+        Ok(())
+    };
+    let outcome = match played() {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("error: {e}"),
+    };
+    println!("outcome: {outcome}");
+    std::process::exit(if outcome == "ok" { 0 } else { 1 });
 }
