@@ -64,9 +64,21 @@ pub struct NestedBuild {
     pub arch: Arch,
     /// A rustup toolchain to select, where the outer build's own compiler is not the one to use.
     pub toolchain: Option<String>,
-    /// The traced flavour: every crate compiled with `--cfg ferrocomm_trace`, so the device library's
-    /// trace hooks record events (see `ferrocomm_device::trace`).
-    pub traced: bool,
+    /// Which flavour of the kernels this build makes.
+    pub flavour: Flavour,
+}
+
+/// The flavours of a kernels crate's PTX: each a nested build of its own, in a target directory of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavour {
+    /// The ordinary modules.
+    Plain,
+    /// Every crate compiled with `--cfg ferrocomm_trace`, so the device library's trace hooks record
+    /// events (see `ferrocomm_device::trace`).
+    Traced,
+    /// Every crate compiled with `--cfg ferrocomm_nvshmem` to LLVM bitcode, for linking with NVSHMEM's
+    /// device library (see [`crate::nvshmem`]).
+    Nvshmem,
 }
 
 impl NestedBuild {
@@ -93,7 +105,8 @@ impl NestedBuild {
             args.push(setting.into());
         }
         args.push("--".into());
-        args.push("--emit=asm".into());
+        // The NVSHMEM flavour's PTX is made by `llc` after linking the bitcode with NVSHMEM's.
+        args.push(if self.flavour == Flavour::Nvshmem { "--emit=llvm-bc" } else { "--emit=asm" }.into());
         args
     }
 
@@ -105,8 +118,10 @@ impl NestedBuild {
         if self.arch.compute_capability() >= 90 {
             flags.push("-Ctarget-feature=+ptx80".into());
         }
-        if self.traced {
-            flags.extend(["--cfg".into(), TRACE_CFG.into()]);
+        match self.flavour {
+            Flavour::Plain => {}
+            Flavour::Traced => flags.extend(["--cfg".into(), TRACE_CFG.into()]),
+            Flavour::Nvshmem => flags.extend(["--cfg".into(), crate::nvshmem::NVSHMEM_CFG.into()]),
         }
         flags
     }
@@ -150,9 +165,13 @@ impl NestedBuild {
 pub const TRACE_CFG: &str = "ferrocomm_trace";
 
 /// The directory name of one architecture's nested target directory under `root` (`sm_90`, and
-/// `sm_90-trace` for the traced flavour, so the two never invalidate each other's cache).
-pub fn arch_target_dir(root: &Path, arch: Arch, traced: bool) -> PathBuf {
-    root.join(if traced { format!("{arch}-trace") } else { arch.to_string() })
+/// `sm_90-trace` / `sm_90-nvshmem` for the other flavours, so they never invalidate each other's cache).
+pub fn arch_target_dir(root: &Path, arch: Arch, flavour: Flavour) -> PathBuf {
+    root.join(match flavour {
+        Flavour::Plain => arch.to_string(),
+        Flavour::Traced => format!("{arch}-trace"),
+        Flavour::Nvshmem => format!("{arch}-nvshmem"),
+    })
 }
 
 #[cfg(test)]
@@ -166,7 +185,7 @@ mod tests {
             target_dir: "/t/sm_90".into(),
             arch: Arch::SM_90,
             toolchain: None,
-            traced: false,
+            flavour: Flavour::Plain,
         }
     }
 
@@ -242,10 +261,20 @@ mod tests {
     #[test]
     fn the_traced_flavour_adds_its_cfg_and_a_target_dir_of_its_own() {
         let mut b = build();
-        b.traced = true;
+        b.flavour = Flavour::Traced;
         assert_eq!(b.rustflags(), ["-Ctarget-cpu=sm_90", "-Ctarget-feature=+ptx80", "--cfg", "ferrocomm_trace"]);
-        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, true), Path::new("/t/sm_90-trace"));
-        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, false), Path::new("/t/sm_90"));
+        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, Flavour::Traced), Path::new("/t/sm_90-trace"));
+        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, Flavour::Plain), Path::new("/t/sm_90"));
+    }
+
+    #[test]
+    fn the_nvshmem_flavour_emits_bitcode_with_its_cfg() {
+        let mut b = build();
+        b.flavour = Flavour::Nvshmem;
+        assert_eq!(b.rustflags(), ["-Ctarget-cpu=sm_90", "-Ctarget-feature=+ptx80", "--cfg", "ferrocomm_nvshmem"]);
+        let line = b.args().into_iter().map(|a| a.into_string().unwrap()).collect::<Vec<_>>().join(" ");
+        assert!(line.ends_with("-- --emit=llvm-bc"), "{line}");
+        assert_eq!(arch_target_dir(Path::new("/t"), Arch::SM_90, Flavour::Nvshmem), Path::new("/t/sm_90-nvshmem"));
     }
 
     #[test]

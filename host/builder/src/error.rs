@@ -106,6 +106,89 @@ pub enum BuildError {
     )]
     PtxasMissing,
 
+    /// The NVSHMEM flavour was asked for and `FERROCOMM_REQUIRE_NVSHMEM=1`, but no bitcode was found.
+    #[error(
+        "NVSHMEM's device bitcode (libnvshmem_device.bc) was not found; looked at: {looked}. Fix: `python3 -m \
+         pip install {requirement}`, or set FERROCOMM_NVSHMEM_BITCODE to the file (or NVSHMEM_HOME to an \
+         installation with lib/libnvshmem_device.bc)"
+    )]
+    NvshmemMissing {
+        /// Every place looked at, comma-separated.
+        looked: String,
+        /// The pip requirement that provides it.
+        requirement: &'static str,
+    },
+
+    /// The bitcode is of another NVSHMEM release than the build is pinned to.
+    #[error(
+        "NVSHMEM's device bitcode {} is version {found}, but the build expects {expected} (its pin, or \
+         FERROCOMM_NVSHMEM_VERSION; the host library must be the same release). Fix: `python3 -m pip install nvidia-nvshmem-cu13=={expected}`, or \
+         set FERROCOMM_NVSHMEM_VERSION={found} where the host library is {found} too",
+        bitcode.display()
+    )]
+    NvshmemVersionMismatch {
+        /// The version the bitcode carries.
+        found: crate::nvshmem::NvshmemVersion,
+        /// The version the build expects.
+        expected: crate::nvshmem::NvshmemVersion,
+        /// The bitcode file.
+        bitcode: PathBuf,
+    },
+
+    /// A version variable that is not `MAJOR.MINOR.PATCH`.
+    #[error("{var}=`{given}` is not an NVSHMEM version: write MAJOR.MINOR.PATCH, e.g. 3.4.5")]
+    BadNvshmemVersion {
+        /// What was given.
+        given: String,
+        /// The variable.
+        var: &'static str,
+    },
+
+    /// The toolchain lacks the `llvm-tools` component the NVSHMEM link path runs.
+    #[error(
+        "the NVSHMEM link path needs {missing} from the llvm-tools component, not found in {}. Fix: `rustup \
+         component add llvm-tools --toolchain {toolchain}` (rust-toolchain.toml lists it; `rustup toolchain \
+         install` in the repository root installs it)",
+        bin.display()
+    )]
+    LlvmToolsMissing {
+        /// Where the tools were looked for.
+        bin: PathBuf,
+        /// The tools missing, comma-separated.
+        missing: String,
+        /// The toolchain's name.
+        toolchain: String,
+    },
+
+    /// The LLVM tools are of another LLVM than the compiler that made the bitcode.
+    #[error(
+        "the llvm-tools in {} are LLVM {tools}, but the compiler is LLVM {compiler}: they cannot read its \
+         bitcode. Fix: `rustup component add llvm-tools --toolchain {toolchain}` for the toolchain that builds \
+         the kernels",
+        bin.display()
+    )]
+    LlvmVersionMismatch {
+        /// The tools' directory.
+        bin: PathBuf,
+        /// The tools' LLVM major version.
+        tools: u32,
+        /// The compiler's LLVM major version.
+        compiler: u32,
+        /// The toolchain's name.
+        toolchain: String,
+    },
+
+    /// `llvm-link`, `opt` or `llc` failed on the NVSHMEM flavour.
+    #[error("{tool} failed linking the kernels with NVSHMEM's device bitcode ({arch}):\n{stderr}")]
+    NvshmemLink {
+        /// The tool.
+        tool: &'static str,
+        /// The architecture.
+        arch: crate::Arch,
+        /// What it printed.
+        stderr: String,
+    },
+
     /// A required build-script variable is missing: the builder was not called from build.rs.
     #[error("environment variable {0} is not set: call the builder from a build script")]
     MissingEnv(&'static str),

@@ -26,12 +26,22 @@
 //! [`PtxBuilder::trace_arch`]) name; `none` makes none — and as PTX only: ptxas validates it but no SASS is
 //! embedded, so a traced team JIT-compiles it at first load (newer GPUs JIT any PTX forward). It is embedded
 //! through [`TRACE_INCLUDE_FILE`].
+//!
+//! # The NVSHMEM flavour
+//!
+//! [`PtxBuilder::nvshmem`] adds a flavour whose kernels call NVSHMEM's device API (the device library's
+//! `nvshmem` module, compiled with `--cfg ferrocomm_nvshmem`), so they reach GPUs on other nodes: the
+//! nested build emits LLVM bitcode, which is linked with NVSHMEM's `libnvshmem_device.bc` and lowered to
+//! PTX by the `llvm-tools` component (see [`nvshmem`]). It is embedded through [`NVSHMEM_INCLUDE_FILE`]
+//! (PTX, validated by ptxas), and a team initialised with NVSHMEM loads it instead of the ordinary modules.
+//! Where the bitcode is missing the flavour is skipped with a warning, unless `FERROCOMM_REQUIRE_NVSHMEM=1`.
 #![forbid(unsafe_code)]
 
 mod arch;
 pub mod command;
 pub mod depinfo;
 mod error;
+pub mod nvshmem;
 pub mod ptxas;
 
 use std::env;
@@ -40,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub use arch::Arch;
+pub use command::Flavour;
 use command::{NESTED_ENV, NestedBuild};
 pub use error::BuildError;
 use ptxas::PtxasLocation;
@@ -60,6 +71,10 @@ pub const TRACE_ARCHES_ENV: &str = "FERROCOMM_TRACE_ARCHES";
 /// slice expression, empty when no traced module was built.
 pub const TRACE_INCLUDE_FILE: &str = "ferrocomm_ptx_trace.rs";
 
+/// The file `ferrocomm::kernel_module!()` includes for the NVSHMEM flavour: a `&[(compute capability, PTX)]`
+/// slice expression, empty when the crate asked for none or the bitcode was not found.
+pub const NVSHMEM_INCLUDE_FILE: &str = "ferrocomm_ptx_nvshmem.rs";
+
 /// Builds a kernels crate's PTX. See the crate documentation.
 #[derive(Debug, Clone)]
 #[must_use]
@@ -72,6 +87,8 @@ pub struct PtxBuilder {
     cargo_directives: bool,
     /// `None`: the environment or the default decides; `Some(empty)`: no traced flavour.
     trace_arches: Option<Vec<Arch>>,
+    /// `None`: no NVSHMEM flavour; `Some(empty)`: for the ordinary modules' architectures.
+    nvshmem_arches: Option<Vec<Arch>>,
 }
 
 /// One PTX module the build made.
@@ -100,6 +117,10 @@ pub struct PtxOutput {
     pub validated_by: Option<PathBuf>,
     /// The traced flavour's modules (PTX only, validated by ptxas when found; see the crate docs).
     pub traced: Vec<PtxFile>,
+    /// The NVSHMEM flavour's modules (PTX only, validated by ptxas when found).
+    pub nvshmem: Vec<PtxFile>,
+    /// Why an NVSHMEM flavour that was asked for was not built (the bitcode is missing).
+    pub nvshmem_skipped: Option<String>,
 }
 
 impl PtxBuilder {
@@ -113,7 +134,24 @@ impl PtxBuilder {
             toolchain: None,
             cargo_directives: false,
             trace_arches: None,
+            nvshmem_arches: None,
         }
+    }
+
+    /// Also builds the NVSHMEM flavour (see the crate docs), for the ordinary modules' architectures unless
+    /// [`PtxBuilder::nvshmem_arch`] names others.
+    pub fn nvshmem(mut self) -> Self {
+        self.nvshmem_arches.get_or_insert_with(Vec::new);
+        self
+    }
+
+    /// Builds the NVSHMEM flavour for `arch` (NVSHMEM 3.4's bitcode supports sm_70 and newer).
+    pub fn nvshmem_arch(mut self, arch: Arch) -> Self {
+        let arches = self.nvshmem_arches.get_or_insert_with(Vec::new);
+        if !arches.contains(&arch) {
+            arches.push(arch);
+        }
+        self
     }
 
     /// Adds an architecture to build the traced flavour for (default: the newest architecture built, or
@@ -188,20 +226,21 @@ impl PtxBuilder {
         let mut krate = String::new();
         let trace_arches = self.resolved_trace_arches(&arches)?;
         let mut traced = Vec::new();
-        let flavours = arches.iter().map(|&a| (a, false)).chain(trace_arches.iter().map(|&a| (a, true)));
-        for (arch, is_traced) in flavours {
+        let flavours =
+            arches.iter().map(|&a| (a, Flavour::Plain)).chain(trace_arches.iter().map(|&a| (a, Flavour::Traced)));
+        for (arch, flavour) in flavours {
             let nested = NestedBuild {
                 cargo: cargo.clone(),
                 manifest: manifest.clone(),
-                target_dir: command::arch_target_dir(&target_root, arch, is_traced),
+                target_dir: command::arch_target_dir(&target_root, arch, flavour),
                 arch,
                 toolchain: self.toolchain.clone(),
-                traced: is_traced,
+                flavour,
             };
             let built = run_nested(&nested)?;
-            if is_traced {
+            if flavour == Flavour::Traced {
                 let dest = out_dir.join(format!("{}.{arch}.trace.ptx", built.krate));
-                fs::copy(&built.ptx, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+                fs::copy(&built.artifact, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
                 traced.push(PtxFile { arch, path: dest, cubin: None });
                 continue;
             }
@@ -211,26 +250,114 @@ impl PtxBuilder {
                 }
             }
             let dest = out_dir.join(format!("{}.{arch}.ptx", built.krate));
-            fs::copy(&built.ptx, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+            fs::copy(&built.artifact, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
             modules.push(PtxFile { arch, path: dest, cubin: None });
             sources = built.sources;
             krate = built.krate;
         }
 
+        let (nvshmem, nvshmem_skipped) = match &self.nvshmem_arches {
+            None => (Vec::new(), None),
+            Some(chosen) => {
+                let nv_arches = if chosen.is_empty() { arches.clone() } else { chosen.clone() };
+                let mut build_one = |arch: Arch| {
+                    let nested = NestedBuild {
+                        cargo: cargo.clone(),
+                        manifest: manifest.clone(),
+                        target_dir: command::arch_target_dir(&target_root, arch, Flavour::Nvshmem),
+                        arch,
+                        toolchain: self.toolchain.clone(),
+                        flavour: Flavour::Nvshmem,
+                    };
+                    run_nested(&nested)
+                };
+                self.build_nvshmem(&nv_arches, &out_dir, &mut build_one)?
+            }
+        };
+
         let validated_by = assemble_all(&mut modules)?;
         if let Some(ptxas) = &validated_by {
-            for m in &traced {
+            for m in traced.iter().chain(&nvshmem) {
                 ptxas::validate(ptxas, &m.path, m.arch)?;
             }
         }
-        let output = PtxOutput { krate, modules, sources, warnings, validated_by, traced };
+        let output = PtxOutput { krate, modules, sources, warnings, validated_by, traced, nvshmem, nvshmem_skipped };
         output.write_include(&out_dir.join(INCLUDE_FILE))?;
         output.write_sass_include(&out_dir.join(SASS_INCLUDE_FILE))?;
         output.write_trace_include(&out_dir.join(TRACE_INCLUDE_FILE))?;
+        write_ptx_include(&output.nvshmem, &out_dir.join(NVSHMEM_INCLUDE_FILE))?;
         if self.cargo_directives {
             output.print_cargo_directives(&manifest);
         }
         Ok(output)
+    }
+
+    /// The NVSHMEM flavour for `arches`: finds the bitcode (or says why the flavour is skipped), checks the
+    /// LLVM tools, then per architecture runs the nested build (`nested`) and links its bitcode into PTX
+    /// that must carry the expected NVSHMEM version.
+    fn build_nvshmem(
+        &self,
+        arches: &[Arch],
+        out_dir: &Path,
+        nested: &mut dyn FnMut(Arch) -> Result<Nested, BuildError>,
+    ) -> Result<(Vec<PtxFile>, Option<String>), BuildError> {
+        let expected = nvshmem::expected_version()?;
+        let bitcode = match nvshmem::find_bitcode() {
+            nvshmem::BitcodeLocation::Found { path, .. } => path,
+            nvshmem::BitcodeLocation::Missing { looked } => {
+                let looked = looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+                let err = BuildError::NvshmemMissing { looked, requirement: nvshmem::PIP_REQUIREMENT };
+                if nvshmem::nvshmem_required() {
+                    return Err(err);
+                }
+                return Ok((Vec::new(), Some(err.to_string())));
+            }
+        };
+        let (sysroot, host, compiler_llvm) = self.compiler_facts()?;
+        let toolchain = self.toolchain_name();
+        let tools = nvshmem::LlvmTools::find(&sysroot, &host, &toolchain)?;
+        let tools_llvm = tools.llvm_major()?;
+        if tools_llvm != compiler_llvm {
+            return Err(BuildError::LlvmVersionMismatch {
+                bin: tools.bin.clone(),
+                tools: tools_llvm,
+                compiler: compiler_llvm,
+                toolchain,
+            });
+        }
+        let mut files = Vec::new();
+        for &arch in arches {
+            let built = nested(arch)?;
+            let ptx = out_dir.join(format!("{}.{arch}.nvshmem.ptx", built.krate));
+            tools.link(&built.artifact, &bitcode, arch, &ptx)?;
+            let text = fs::read_to_string(&ptx).map_err(BuildError::io("reading", &ptx))?;
+            // A module that calls no NVSHMEM function carries no version: nothing to disagree with.
+            if let Some(found) = nvshmem::ptx_version(&text)
+                && found != expected
+            {
+                return Err(BuildError::NvshmemVersionMismatch { found, expected, bitcode });
+            }
+            files.push(PtxFile { arch, path: ptx, cubin: None });
+        }
+        Ok((files, None))
+    }
+
+    /// The compiler's sysroot, host triple and LLVM major version (`rustc --print sysroot`, `rustc -vV`).
+    fn compiler_facts(&self) -> Result<(PathBuf, String, u32), BuildError> {
+        let spawn = |source| BuildError::Spawn { program: "rustc".into(), source };
+        let sysroot = self.rustc().args(["--print", "sysroot"]).output().map_err(spawn)?;
+        let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+        let verbose = self.rustc().arg("-vV").output().map_err(spawn)?;
+        let verbose = String::from_utf8_lossy(&verbose.stdout).into_owned();
+        let host = verbose.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or_default().trim().to_owned();
+        let llvm = nvshmem::llvm_major_in(&verbose).ok_or_else(|| {
+            spawn(std::io::Error::other(format!("`rustc -vV` names no LLVM version: {}", verbose.trim())))
+        })?;
+        Ok((sysroot, host, llvm))
+    }
+
+    fn toolchain_name(&self) -> String {
+        self.toolchain.clone().or_else(|| env::var("RUSTUP_TOOLCHAIN").ok()).unwrap_or_else(|| "nightly".into())
     }
 
     fn resolved_arches(&self) -> Result<Vec<Arch>, BuildError> {
@@ -280,8 +407,7 @@ impl PtxBuilder {
     /// Nightly compiler with rust-src: checked up front, so the error names the fix instead of quoting a
     /// page of `-Zbuild-std` failures.
     fn check_toolchain(&self) -> Result<(), BuildError> {
-        let toolchain_name =
-            || self.toolchain.clone().or_else(|| env::var("RUSTUP_TOOLCHAIN").ok()).unwrap_or_else(|| "nightly".into());
+        let toolchain_name = || self.toolchain_name();
         let version = self
             .rustc()
             .arg("--version")
@@ -364,8 +490,23 @@ impl PtxOutput {
         for source in &self.sources {
             println!("cargo:rerun-if-changed={}", source.display());
         }
-        for var in [ARCHES_ENV, TRACE_ARCHES_ENV, ptxas::PTXAS_ENV, ptxas::REQUIRE_PTXAS_ENV] {
+        for var in [
+            ARCHES_ENV,
+            TRACE_ARCHES_ENV,
+            ptxas::PTXAS_ENV,
+            ptxas::REQUIRE_PTXAS_ENV,
+            nvshmem::BITCODE_ENV,
+            nvshmem::HOME_ENV,
+            nvshmem::REQUIRE_ENV,
+            nvshmem::VERSION_ENV,
+        ] {
             println!("cargo:rerun-if-env-changed={var}");
+        }
+        for m in &self.nvshmem {
+            println!("cargo:rerun-if-changed={}", m.path.display());
+        }
+        if let Some(why) = &self.nvshmem_skipped {
+            println!("cargo:warning=the NVSHMEM flavour of {} was not built: {why}", self.krate);
         }
         for warning in &self.warnings {
             for line in warning.lines() {
@@ -411,6 +552,16 @@ pub fn ptx_entries(ptx: &str) -> Vec<&str> {
 /// the crate is itself being compiled for the GPU (the nested build). Exits with the error's message on
 /// failure, which cargo shows as the build script's output.
 pub fn build_script() {
+    build_script_with(|builder| builder)
+}
+
+/// [`build_script`] with the builder configured by `configure` first, e.g. for the NVSHMEM flavour:
+///
+/// ```no_run
+/// // the body of a kernels crate's build.rs `main`
+/// ferrocomm_builder::build_script_with(|b| b.nvshmem());
+/// ```
+pub fn build_script_with(configure: impl FnOnce(PtxBuilder) -> PtxBuilder) {
     if is_nested_build() {
         return;
     }
@@ -418,7 +569,7 @@ pub fn build_script() {
         eprintln!("error: {}", BuildError::MissingEnv("CARGO_MANIFEST_DIR"));
         std::process::exit(1);
     };
-    if let Err(err) = PtxBuilder::new(dir).cargo_directives(true).build() {
+    if let Err(err) = configure(PtxBuilder::new(dir)).cargo_directives(true).build() {
         eprintln!("error: {err}");
         std::process::exit(1);
     }
@@ -437,7 +588,8 @@ fn default_target_root(out_dir: &Path) -> PathBuf {
 
 struct Nested {
     krate: String,
-    ptx: PathBuf,
+    /// The PTX (`.s`), or for the NVSHMEM flavour the bitcode (`.bc`).
+    artifact: PathBuf,
     sources: Vec<PathBuf>,
     warnings: Vec<String>,
 }
@@ -504,11 +656,12 @@ fn run_nested(nested: &NestedBuild) -> Result<Nested, BuildError> {
     let deps = nested.deps_dir();
     let krate =
         krate.ok_or_else(|| BuildError::NoPtx { krate: manifest_name().unwrap_or_default(), dir: deps.clone() })?;
-    let ptx = newest_with_prefix(&deps, &format!("{krate}-"), "s")
+    let ext = if nested.flavour == Flavour::Nvshmem { "bc" } else { "s" };
+    let artifact = newest_with_prefix(&deps, &format!("{krate}-"), ext)
         .ok_or_else(|| BuildError::NoPtx { krate: krate.clone(), dir: deps.clone() })?;
     let depfile = nested.target_dir.join(command::TARGET).join("release").join(format!("lib{krate}.d"));
     let sources = fs::read_to_string(&depfile).map(|d| depinfo::parse(&d)).unwrap_or_default();
-    Ok(Nested { krate, ptx, sources, warnings })
+    Ok(Nested { krate, artifact, sources, warnings })
 }
 
 /// The most recently written `<prefix>*.<ext>` in `dir`: the assembly of the build that just ran.
@@ -585,6 +738,8 @@ mod tests {
             warnings: vec![],
             validated_by: None,
             traced: vec![PtxFile { arch: Arch::SM_90, path: dir.path().join("k.sm_90.trace.ptx"), cubin: None }],
+            nvshmem: vec![],
+            nvshmem_skipped: None,
         };
         let inc = dir.path().join(INCLUDE_FILE);
         out.write_include(&inc).unwrap();

@@ -1,11 +1,12 @@
 //! `ferrocomm doctor`: what this machine offers ferrocomm — the driver and its CUDA version, every GPU, the
 //! peer-access / NVLink matrix, a PTX JIT smoke test per GPU, whether ptxas is found, what the
-//! communication library embeds (SASS or PTX only) and what each GPU loads of it, and a cold start: a
-//! team's creation and its first all-reduce, timed.
+//! communication library embeds (SASS or PTX only) and what each GPU loads of it, a cold start: a team's
+//! creation and its first all-reduce, timed, and NVSHMEM: found or not, its release, transports and heap.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
+use ferrocomm::nvshmem::{self, NvshmemInfo};
 use ferrocomm::system::{self, BINDINGS_VERSION, DriverInfo, GpuInfo, Link};
 use ferrocomm::{Backend, ModuleImage, SymBuffer, Team};
 use ferrocomm_builder::ptxas::{PtxasLocation, find_ptxas};
@@ -47,6 +48,9 @@ pub struct Report {
     pub library_image: Vec<Result<ModuleImage, String>>,
     /// A team's creation and first all-reduce, or why it failed.
     pub cold_start: Result<ColdStart, String>,
+    /// NVSHMEM's host library, or why it cannot be loaded (not a problem: only teams that reach other nodes
+    /// need it).
+    pub nvshmem: Result<NvshmemInfo, String>,
 }
 
 impl Report {
@@ -100,6 +104,7 @@ pub fn examine() -> Result<Report, ferrocomm::Error> {
         library_sass: library.sass_arches(),
         library_image,
         cold_start,
+        nvshmem: nvshmem::probe().map_err(|e| e.to_string()),
     })
 }
 
@@ -210,6 +215,7 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
              FERROCOMM_PTXAS)"
         )?,
     }
+    render_nvshmem(&report.nvshmem, out)?;
     let problems = report.problems();
     if problems.is_empty() {
         writeln!(out, "ferrocomm is ready to run on {} GPU(s)", report.gpus.len())
@@ -218,10 +224,54 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
     }
 }
 
+/// Writes the NVSHMEM part of the report: the library, its release, the transports that reach other nodes,
+/// the bootstrap, and the symmetric heap each PE gets.
+pub fn render_nvshmem(found: &Result<NvshmemInfo, String>, out: &mut dyn Write) -> io::Result<()> {
+    let info = match found {
+        Ok(info) => info,
+        Err(e) => return writeln!(out, "NVSHMEM: not available, so kernels reach the GPUs of this node only: {e}"),
+    };
+    let pinned = if info.version == nvshmem::PINNED_VERSION {
+        String::new()
+    } else {
+        format!(" (kernels are built against {}: rebuild them against {})", nvshmem::PINNED_VERSION, info.version)
+    };
+    writeln!(
+        out,
+        "NVSHMEM: {}{pinned}, OpenSHMEM {}.{}, at {}",
+        info.version,
+        info.openshmem.0,
+        info.openshmem.1,
+        info.library.display()
+    )?;
+    let list = |v: &[String]| if v.is_empty() { "none found".to_owned() } else { v.join(", ") };
+    let remote = match &info.remote_transport {
+        Some(t) => format!("{} = {t}", nvshmem::REMOTE_TRANSPORT_ENV),
+        None => format!("{} unset: NVSHMEM's default, ibrc", nvshmem::REMOTE_TRANSPORT_ENV),
+    };
+    writeln!(out, "  transports: {} ({remote})", list(&info.transports))?;
+    let uid = if info.bootstraps.iter().any(|b| b == "uid") { "uid: found" } else { "uid: MISSING" };
+    writeln!(out, "  bootstraps: {} ({uid}; ferrocomm initialises with it)", list(&info.bootstraps))?;
+    let gib = info.heap_bytes as f64 / (1u64 << 30) as f64;
+    let from = if info.heap_from_env {
+        format!("from {}", nvshmem::SYMMETRIC_SIZE_ENV)
+    } else {
+        format!("NVSHMEM's default; {} sets it", nvshmem::SYMMETRIC_SIZE_ENV)
+    };
+    writeln!(out, "  symmetric heap: {gib:.1} GiB per PE at start ({from}; it grows up to {})", nvshmem::MAX_MEMORY_ENV)
+}
+
 /// `ferrocomm doctor`: prints the report to `out`. `Err` carries the one sentence to print when the
 /// machine cannot run ferrocomm's GPU path at all, or lists the problems found.
 pub fn run(out: &mut dyn Write) -> Result<Report, String> {
-    let report = examine().map_err(|e| e.to_string())?;
+    let report = match examine() {
+        Ok(report) => report,
+        Err(e) => {
+            // NVSHMEM's part needs no GPU: a build machine learns whether its kernels can be run across nodes.
+            let _ = render_nvshmem(&nvshmem::probe().map_err(|e| e.to_string()), out);
+            return Err(e.to_string());
+        }
+    };
     render(&report, out).map_err(|e| format!("could not write the report: {e}"))?;
     let problems = report.problems();
     if !problems.is_empty() {

@@ -121,6 +121,13 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
         Ok(Vec::new())
     }
 
+    /// Makes local rank `slot`'s device current on this thread, for libraries that work on the current
+    /// context (NVSHMEM's host calls). Backends without contexts have nothing to do.
+    fn make_current(&self, slot: usize) -> Result<(), Error> {
+        let _ = slot;
+        Ok(())
+    }
+
     /// The backend's name in errors.
     fn name(&self) -> &'static str;
 }

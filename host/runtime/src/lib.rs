@@ -31,6 +31,7 @@
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix; the wait-for report of a hang |
+//! | [`nvshmem`] | NVSHMEM, opened at run time: a team whose kernels reach other nodes (`TeamBuilder::nvshmem`), what `doctor` reports |
 //! | [`trace`] | trace mode: device events collected after each launch, written as a Perfetto/Chrome trace |
 //! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
 //! | `cuda` (private) | the CUDA backend: contexts, streams, peer access, module loading, launches, graphs |
@@ -49,6 +50,7 @@ pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod module;
+pub mod nvshmem;
 mod process;
 pub mod system;
 pub mod team;

@@ -15,6 +15,8 @@ pub struct KernelModule {
     sass: &'static [(u32, &'static [u8])],
     /// The traced flavour (`--cfg ferrocomm_trace`): PTX only, usually for one architecture.
     traced: &'static [(u32, &'static str)],
+    /// The NVSHMEM flavour (`--cfg ferrocomm_nvshmem`, linked with NVSHMEM's device bitcode): PTX only.
+    nvshmem: &'static [(u32, &'static str)],
 }
 
 /// What a device loads of a [`KernelModule`].
@@ -54,7 +56,7 @@ impl ModuleImage {
 impl KernelModule {
     /// A module named `name` (the kernels crate) with `(compute capability, PTX)` pairs and no SASS.
     pub const fn new(name: &'static str, ptx: &'static [(u32, &'static str)]) -> KernelModule {
-        KernelModule { name, ptx, sass: &[], traced: &[] }
+        KernelModule { name, ptx, sass: &[], traced: &[], nvshmem: &[] }
     }
 
     /// A module with `(compute capability, PTX)` pairs and the `(compute capability, cubin)` pairs ptxas
@@ -64,7 +66,7 @@ impl KernelModule {
         ptx: &'static [(u32, &'static str)],
         sass: &'static [(u32, &'static [u8])],
     ) -> KernelModule {
-        KernelModule { name, ptx, sass, traced: &[] }
+        KernelModule { name, ptx, sass, traced: &[], nvshmem: &[] }
     }
 
     /// This module with the traced flavour's `(compute capability, PTX)` pairs: what a team with tracing on
@@ -86,6 +88,55 @@ impl KernelModule {
                 available: self.traced.iter().map(|p| p.0).collect(),
             }),
         }
+    }
+
+    /// This module with the NVSHMEM flavour's `(compute capability, PTX)` pairs: what a team initialised
+    /// with NVSHMEM loads ([`KernelModule::nvshmem_for`]).
+    pub const fn with_nvshmem(mut self, nvshmem: &'static [(u32, &'static str)]) -> KernelModule {
+        self.nvshmem = nvshmem;
+        self
+    }
+
+    /// The NVSHMEM flavour's PTX for a device of compute capability `cc` (the newest architecture not newer
+    /// than the device, JIT-compiled at load), or `None` when the crate was built without it.
+    pub fn nvshmem_for(&self, cc: u32) -> Option<ModuleImage> {
+        let found = self.nvshmem.iter().filter(|(arch, _)| *arch <= cc).max_by_key(|(arch, _)| *arch);
+        found.map(|&(cc, ptx)| ModuleImage::Ptx { cc, ptx })
+    }
+
+    /// What rank `rank` of a team loads on a device of compute capability `cc`, and whether it is the NVSHMEM
+    /// flavour: a traced team the traced flavour; a team with NVSHMEM (`unreachable`: `Some` of the first
+    /// peer loads and stores cannot reach, if any) the NVSHMEM flavour where the crate has one, else the
+    /// ordinary image only when every peer is reachable; any other team the ordinary image.
+    pub(crate) fn image_for_team(
+        &self,
+        cc: u32,
+        traced: bool,
+        nvshmem: Option<Option<usize>>,
+        rank: usize,
+    ) -> Result<(ModuleImage, bool), Error> {
+        // The NVSHMEM flavour has no trace hooks: a traced team runs the traced one, which must then reach
+        // every peer by loads and stores.
+        if let (Some(_), false) = (nvshmem, traced)
+            && let Some(image) = self.nvshmem_for(cc)
+        {
+            return Ok((image, true));
+        }
+        if let Some(Some(peer)) = nvshmem {
+            return Err(Error::NvshmemUnreachable { module: self.name, rank, peer });
+        }
+        let image = if traced { self.traced_for(cc)? } else { self.image_for(cc)? };
+        Ok((image, false))
+    }
+
+    /// The compute capabilities the NVSHMEM flavour was built for (empty: the crate has none).
+    pub fn nvshmem_arches(&self) -> Vec<u32> {
+        self.nvshmem.iter().map(|t| t.0).collect()
+    }
+
+    /// The NVSHMEM flavour's `(compute capability, PTX)` pairs.
+    pub fn nvshmem_ptx(&self) -> &'static [(u32, &'static str)] {
+        self.nvshmem
     }
 
     /// The compute capabilities the traced flavour was built for.
@@ -145,15 +196,16 @@ impl KernelModule {
 #[macro_export]
 macro_rules! kernel_module {
     () => {
-        /// The PTX of this kernels crate, one module per architecture, its SASS where ptxas made it, and
-        /// its traced flavour, embedded at build time.
+        /// The PTX of this kernels crate, one module per architecture, its SASS where ptxas made it, its
+        /// traced flavour and its NVSHMEM flavour, embedded at build time.
         #[doc(hidden)]
         pub static __FERROCOMM_MODULE: ::ferrocomm::KernelModule = ::ferrocomm::KernelModule::with_sass(
             env!("CARGO_CRATE_NAME"),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx.rs")),
             include!(concat!(env!("OUT_DIR"), "/ferrocomm_sass.rs")),
         )
-        .with_traced(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs")));
+        .with_traced(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_trace.rs")))
+        .with_nvshmem(include!(concat!(env!("OUT_DIR"), "/ferrocomm_ptx_nvshmem.rs")));
     };
 }
 
@@ -196,6 +248,37 @@ mod tests {
         let msg = TRACED.traced_for(80).unwrap_err().to_string();
         assert!(msg.contains("FERROCOMM_TRACE_ARCHES") && msg.contains("sm_80"), "{msg}");
         assert!(TWO.traced_for(90).is_err() && TRACED.traced_arches() == [90]);
+    }
+
+    static LINKED: KernelModule =
+        KernelModule::new("linked", &[(90, "ptx90")]).with_nvshmem(&[(80, "nv80"), (90, "nv90")]);
+
+    #[test]
+    fn a_team_with_nvshmem_runs_the_nvshmem_flavour_or_needs_every_peer_reachable() {
+        // No NVSHMEM: the ordinary image, whatever the crate has.
+        assert_eq!(
+            LINKED.image_for_team(90, false, None, 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "ptx90" }, false)
+        );
+        // NVSHMEM: the flavour for the newest architecture the device runs, reachable peers or not.
+        assert_eq!(
+            LINKED.image_for_team(86, false, Some(Some(3)), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 80, ptx: "nv80" }, true)
+        );
+        assert!(LINKED.image_for_team(90, false, Some(None), 0).unwrap().1);
+        // A crate without the flavour: fine where loads and stores reach every peer, a typed error where not.
+        assert_eq!(
+            TWO.image_for_team(90, false, Some(None), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "ptx90" }, false)
+        );
+        let e = TWO.image_for_team(90, false, Some(Some(9)), 1).unwrap_err();
+        assert!(matches!(e, Error::NvshmemUnreachable { module: "two", rank: 1, peer: 9 }), "{e}");
+        // A traced team runs the traced flavour, which reaches peers by loads and stores only.
+        assert_eq!(
+            TRACED.image_for_team(90, true, Some(None), 0).unwrap(),
+            (ModuleImage::Ptx { cc: 90, ptx: "t90" }, false)
+        );
+        assert!(LINKED.image_for_team(90, true, Some(Some(1)), 0).is_err());
     }
 
     #[test]

@@ -181,9 +181,15 @@ fn raise_abort() {
     }
     let origin = ctx::team::rank() + 1;
     for rank in 0..ctx::team::world() as usize {
-        // SAFETY: the host's table has `world` entries, each the address of a rank's live abort word, which
-        // is only accessed atomically while kernels run.
-        let word = unsafe { SysAtomicU32::from_ptr(peers.add(rank).read() as usize as *mut u32) };
+        // SAFETY: the host's table has `world` entries.
+        let addr = unsafe { peers.add(rank).read() } as usize as *mut u32;
+        // In a team with NVSHMEM a peer on another node has no address here (stores cannot reach it): its
+        // waits end by their timeout instead.
+        if addr.is_null() {
+            continue;
+        }
+        // SAFETY: the address of a rank's live abort word, which is only accessed atomically while kernels run.
+        let word = unsafe { SysAtomicU32::from_ptr(addr) };
         word.store_relaxed(origin);
     }
 }

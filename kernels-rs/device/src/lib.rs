@@ -36,6 +36,7 @@
 //! | [`signal`] | `Signal`, `SignalPad`: release raises, acquire waits with timeout; `Session` (a launch's epoch), `Channel` (one peer) |
 //! | [`group`] | `Group`: one thread, a warp or a block sharing a piece of work |
 //! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
+//! | [`nvshmem`] | remote-capable put-with-signal, signal, wait and quiet: NVSHMEM's device API in the NVSHMEM flavour, the library's own stores elsewhere |
 //! | [`bulk`] | TMA bulk copies (`cp.async.bulk`, mbarriers) and `BulkCopier`, a block's staged copy engine |
 //! | [`reduce`] | block-wide sums through dynamic shared memory (`sum_across_warps`) |
 //! | [`queue`] | host queues: a single-producer descriptor ring per rank in host-mapped memory (a proxy's) |
@@ -64,6 +65,7 @@ pub mod index;
 pub mod ll;
 pub mod math;
 pub mod mem;
+pub mod nvshmem;
 pub mod param;
 pub mod put;
 pub mod queue;

@@ -321,6 +321,17 @@ impl<T: DeviceCopy> PeerSlice<T> {
 }
 
 impl<T: DeviceCopy> PeerSliceMut<T> {
+    /// The `len` elements at `ptr`: a peer's copy that NVSHMEM mapped (`nvshmem_ptr`).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` addresses a live copy of a symmetric buffer of `len` elements.
+    #[cfg_attr(not(all(target_arch = "nvptx64", ferrocomm_nvshmem)), allow(dead_code))] // the NVSHMEM flavour's
+    #[inline(always)]
+    pub(crate) unsafe fn from_raw_parts(ptr: *mut T, len: usize) -> PeerSliceMut<T> {
+        PeerSliceMut { ptr, len }
+    }
+
     /// Elements in the view.
     #[inline(always)]
     pub fn len(&self) -> usize {

@@ -259,6 +259,10 @@ impl Exec for CudaTeam {
         self.measure_clock_offsets()
     }
 
+    fn make_current(&self, slot: usize) -> Result<(), Error> {
+        self.bind(slot).map(|_| ())
+    }
+
     fn name(&self) -> &'static str {
         "cuda"
     }

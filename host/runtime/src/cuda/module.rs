@@ -90,13 +90,11 @@ impl CudaTeam {
         }
         let gpu = self.gpu_of(rank);
         let device = Some(gpu.device());
-        // A traced team runs the traced flavour (see `ferrocomm_device::trace`), every other team the
-        // ordinary modules, which hold no trace code.
+        // A traced team runs the traced flavour (see `ferrocomm_device::trace`), a team with NVSHMEM the
+        // NVSHMEM flavour where the crate has one, every other team the ordinary modules.
         let ring = team.trace_ring(rank);
-        let image = match ring {
-            Some(_) => module.traced_for(gpu.cc)?,
-            None => module.image_for(gpu.cc)?,
-        };
+        let unreachable = team.nvshmem.as_ref().map(|nv| nv.first_unreachable());
+        let (image, linked) = module.image_for_team(gpu.cc, ring.is_some(), unreachable, team.local[rank])?;
         let cc = image.cc();
         // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
         // it is copied into 8-byte aligned memory (`include_bytes!` aligns to 1).
@@ -129,6 +127,14 @@ impl CudaTeam {
             device: gpu.device(),
             source,
         })?;
+        if let (Some(nv), true, ModuleImage::Ptx { ptx, .. }) = (&team.nvshmem, linked, image) {
+            let bound = nv.bind_module(handle, module.name(), ptx);
+            if let Err(e) = bound {
+                // SAFETY: loaded above in the current context, used by nothing yet.
+                let _ = unsafe { result::module::unload(handle) };
+                return Err(e);
+            }
+        }
         let loaded = Arc::new(LoadedModule {
             ctx: Arc::clone(&gpu.ctx),
             module: handle,

@@ -344,6 +344,82 @@ pub enum Error {
         /// What it should hold.
         expected: u32,
     },
+    /// A team with NVSHMEM was asked for, but NVSHMEM's host library is not installed where it is looked for.
+    #[error(
+        "NVSHMEM's host library (libnvshmem_host.so.3) could not be loaded; tried: {tried}. Fix: `python3 -m pip \
+         install nvidia-nvshmem-cu13==3.4.5`, or point FERROCOMM_NVSHMEM_LIB (or NVSHMEM_HOME) at an installation, or \
+         add its lib directory to LD_LIBRARY_PATH"
+    )]
+    NvshmemMissing {
+        /// Every place tried, and why each failed.
+        tried: String,
+    },
+    /// A kernels crate's NVSHMEM flavour was linked with another NVSHMEM release than the host library's.
+    #[error(
+        "module `{module}` was linked with NVSHMEM {bitcode}'s device bitcode, but the host library {} is NVSHMEM \
+         {host}; they must be one release: install nvidia-nvshmem-cu13=={host} where the kernels are built (and \
+         rebuild), or load the host library of {bitcode} (FERROCOMM_NVSHMEM_LIB)",
+        library.display()
+    )]
+    NvshmemVersionMismatch {
+        /// The kernels crate.
+        module: &'static str,
+        /// The bitcode's version.
+        bitcode: String,
+        /// The host library's version.
+        host: String,
+        /// The host library.
+        library: std::path::PathBuf,
+    },
+    /// NVSHMEM's symmetric heap has no room for an allocation.
+    #[error(
+        "NVSHMEM's symmetric heap ({}{}) has no room for {label} ({} requested, {} of this team's allocations live); \
+         set NVSHMEM_SYMMETRIC_SIZE={suggested} (or larger) before the team is made, and NVSHMEM_MAX_MEMORY_PER_GPU \
+         (the most the heap grows to) no lower, or allocate less if the GPU has not that much free",
+        crate::nvshmem::human(*heap),
+        if *heap_from_env { ", from NVSHMEM_SYMMETRIC_SIZE" } else { ", NVSHMEM's default" },
+        crate::nvshmem::human(*bytes),
+        crate::nvshmem::human(*live)
+    )]
+    NvshmemHeapTooSmall {
+        /// What was being allocated.
+        label: String,
+        /// Bytes requested.
+        bytes: u64,
+        /// Bytes of the heap already handed out.
+        live: u64,
+        /// The heap per PE.
+        heap: u64,
+        /// Whether `heap` came from NVSHMEM_SYMMETRIC_SIZE.
+        heap_from_env: bool,
+        /// A size that fits.
+        suggested: String,
+    },
+    /// A kernels crate built without the NVSHMEM flavour was launched on a team in which some peer is reachable
+    /// only through NVSHMEM: its loads and stores cannot reach that peer.
+    #[error(
+        "module `{module}` has no NVSHMEM flavour, and rank {rank} of this NVSHMEM team cannot reach rank {peer} with \
+         loads and stores (another node, or no P2P path); build the kernels crate with \
+         PtxBuilder::nvshmem() (and the nvidia-nvshmem-cu13 wheel), or launch it on ranks of one node"
+    )]
+    NvshmemUnreachable {
+        /// The kernels crate.
+        module: &'static str,
+        /// The launching rank.
+        rank: usize,
+        /// The first peer it cannot reach.
+        peer: usize,
+    },
+    /// An NVSHMEM host call failed.
+    #[error("{call} failed with status {status}{}", if hint.is_empty() { String::new() } else { format!("; {hint}") })]
+    NvshmemCall {
+        /// The call.
+        call: &'static str,
+        /// Its return value.
+        status: i32,
+        /// What usually helps.
+        hint: &'static str,
+    },
     /// An operation the chosen backend does not have.
     #[error("{what} is not available on the {backend} backend")]
     Unsupported {

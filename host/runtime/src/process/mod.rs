@@ -45,15 +45,16 @@ pub(crate) struct ProcessGroup {
 }
 
 impl ProcessGroup {
-    /// Joins the job `env` describes: every rank within `timeout`, on one host (other hosts are reached
-    /// through NVSHMEM, not this mesh).
-    pub fn join(env: &JobEnv, timeout: Duration) -> Result<ProcessGroup, Error> {
+    /// Joins the job `env` describes: every rank within `timeout`, on one host — or, with `several_hosts`
+    /// (a team with NVSHMEM, which reaches the other hosts), on any; the Unix-socket mesh then joins the
+    /// ranks of each host.
+    pub fn join(env: &JobEnv, timeout: Duration, several_hosts: bool) -> Result<ProcessGroup, Error> {
         let rdv = Rendezvous::connect(env, timeout)?;
-        if rdv.local_ranks().len() != rdv.world() {
+        if rdv.local_ranks().len() != rdv.world() && !several_hosts {
             return Err(Error::TeamConfig {
                 reason: format!(
                     "the job's {} ranks run on several hosts ({} on this one); a ferrocomm team spans the processes \
-                     of one host",
+                     of one host, unless it reaches the others through NVSHMEM (TeamBuilder::nvshmem)",
                     rdv.world(),
                     rdv.local_ranks().len()
                 ),
@@ -79,7 +80,8 @@ impl ProcessGroup {
                 .rsplit_once(')')
                 .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
         };
-        (0..self.world()).filter(|&r| r != self.rank() && gone(self.pids[r])).collect()
+        // Process ids mean something on this host only.
+        self.rdv.local_ranks().iter().copied().filter(|&r| r != self.rank() && gone(self.pids[r])).collect()
     }
 
     /// This process's rank.
@@ -90,6 +92,11 @@ impl ProcessGroup {
     /// The number of ranks (processes) in the team.
     pub fn world(&self) -> usize {
         self.rdv.world()
+    }
+
+    /// The ranks on this host (all of them, unless an NVSHMEM team spans hosts).
+    pub fn local_ranks(&self) -> &[usize] {
+        self.rdv.local_ranks()
     }
 
     /// Every rank's `bytes`, in rank order.

@@ -27,7 +27,7 @@ pub(crate) fn create(
         Some(k) => k,
         None => ranks_per_gpu_from(&env)?.unwrap_or(1),
     };
-    let group = ProcessGroup::join(job, rendezvous_timeout(&env)?)?;
+    let group = ProcessGroup::join(job, rendezvous_timeout(&env)?, plan.nvshmem)?;
     let (rank, world) = (group.rank(), group.world());
     group.agree("the backend", plan.backend.name())?;
     let (exec, device): (Box<dyn Exec>, Device) = match plan.backend {
@@ -39,10 +39,12 @@ pub(crate) fn create(
                 .iter()
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .collect();
-            check_reachable(ordinal, &buses)?;
+            // PCI bus ids name GPUs of this host only (another host's GPU may sit at the same address).
+            let here: Vec<String> = group.local_ranks().iter().map(|&r| buses[r].clone()).collect();
+            check_reachable(ordinal, &here)?;
             // Kernels of several processes on one GPU: programmatic dependent launch is off, as for ranks
             // sharing a GPU in one process.
-            let shares = buses.iter().enumerate().any(|(r, b)| r != rank && *b == bus);
+            let shares = group.local_ranks().iter().any(|&r| r != rank && buses[r] == bus);
             let exec = CudaTeam::for_process(ordinal, plan.programmatic_launch && !shares)?;
             (Box::new(exec), Device::Cuda { ordinal })
         }
@@ -52,12 +54,27 @@ pub(crate) fn create(
         }
     };
     let devices = gather_devices(&group, device)?;
+    let nvshmem = if plan.nvshmem { Some(init_nvshmem(&group, exec.as_ref())?) } else { None };
     tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
-    let mut shared = TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group))?;
+    let mut shared =
+        TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group), nvshmem)?;
     if let Some(config) = plan.trace {
         shared.enable_trace(config)?;
     }
     Ok(Team { shared: Arc::new(shared) })
+}
+
+/// NVSHMEM as PE `rank` of the job: rank 0 makes the unique id, the rendezvous carries it to every rank,
+/// and each initialises on its GPU's context.
+fn init_nvshmem(group: &ProcessGroup, exec: &dyn Exec) -> Result<crate::nvshmem::Nvshmem, Error> {
+    let (rank, world) = (group.rank(), group.world());
+    let mine = if rank == 0 { crate::nvshmem::unique_id()?.to_bytes() } else { Vec::new() };
+    let all = group.all_gather("NVSHMEM's unique id", &mine)?;
+    let id = crate::nvshmem::UniqueId::from_bytes(&all[0]).ok_or_else(|| Error::TeamConfig {
+        reason: format!("rank 0 sent {} bytes as NVSHMEM's unique id", all[0].len()),
+    })?;
+    exec.make_current(0)?;
+    crate::nvshmem::Nvshmem::init(rank, world, &id)
 }
 
 /// The GPU of the process with local rank `local_rank`, `per_gpu` processes to a GPU of `gpus` (the

@@ -64,6 +64,7 @@ pub struct TeamBuilder {
     trace: Option<bool>,
     trace_dir: Option<std::path::PathBuf>,
     trace_capacity: Option<usize>,
+    nvshmem: bool,
 }
 
 /// What a builder resolved to, before anything is created.
@@ -81,6 +82,8 @@ pub(crate) struct Plan {
     pub why: String,
     /// Trace mode (`None`: off).
     pub trace: Option<TraceConfig>,
+    /// Whether the team initialises NVSHMEM (CUDA only; see [`TeamBuilder::nvshmem`]).
+    pub nvshmem: bool,
 }
 
 impl TeamBuilder {
@@ -173,6 +176,17 @@ impl TeamBuilder {
     /// Slurm, `ferrocomm launch`, or `FERROCOMM_RANK` and friends; see `ferrocomm_bootstrap::JobEnv`).
     pub fn job(mut self, job: JobEnv) -> Self {
         self.job = Some(job);
+        self
+    }
+
+    /// Initialises NVSHMEM for the team (see [`crate::nvshmem`]): symmetric memory comes from NVSHMEM's heap,
+    /// kernels run their crate's NVSHMEM flavour, and ranks are PEs, so kernels reach peers on other nodes
+    /// through NVSHMEM's transports. NVSHMEM runs one PE per process: the team is one rank in this process, or
+    /// one per process of a job (mpirun, srun, torchrun, `ferrocomm launch`), rank 0's unique id carried to
+    /// the others over the job's rendezvous. On the emulator nothing changes: it implements the NVSHMEM
+    /// calls on its own memory.
+    pub fn nvshmem(mut self, on: bool) -> Self {
+        self.nvshmem = on;
         self
     }
 
@@ -308,7 +322,8 @@ impl TeamBuilder {
             },
         };
         let trace = TraceConfig::resolve(self.trace, self.trace_dir.clone(), self.trace_capacity, &env)?;
-        Ok(Plan { backend, devices, gpus, timeout, programmatic_launch, why, trace })
+        let nvshmem = self.nvshmem && backend == Backend::Cuda;
+        Ok(Plan { backend, devices, gpus, timeout, programmatic_launch, why, trace, nvshmem })
     }
 }
 
@@ -380,6 +395,14 @@ fn layout(
 fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
     let world = plan.devices.len();
     let local: Vec<usize> = (0..world).collect();
+    if plan.nvshmem && world != 1 {
+        return Err(Error::TeamConfig {
+            reason: format!(
+                "an NVSHMEM team has one rank per process, and this one asks for {world} in one process: start one \
+                 process per GPU (mpirun, srun, torchrun or `ferrocomm launch`), or use world(1)"
+            ),
+        });
+    }
     let exec: Box<dyn Exec> = match plan.backend {
         Backend::Cuda => {
             let rank_gpu: Vec<usize> = plan
@@ -394,7 +417,14 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
         }
         Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker, Box::new(PrivateHeap))?),
     };
-    let mut shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec, None)?;
+    // One PE alone: its own unique id, no exchange.
+    let nvshmem = if plan.nvshmem {
+        exec.make_current(0)?;
+        Some(crate::nvshmem::Nvshmem::init(0, 1, &crate::nvshmem::unique_id()?)?)
+    } else {
+        None
+    };
+    let mut shared = TeamShared::new(plan.backend, world, local, plan.timeout, plan.devices, exec, None, nvshmem)?;
     if let Some(config) = plan.trace {
         shared.enable_trace(config)?;
     }

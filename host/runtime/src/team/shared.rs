@@ -95,6 +95,9 @@ pub(crate) struct TeamShared {
     pub buffers: Mutex<Vec<BufferEntry>>,
     /// The team's other processes, when it spans several.
     pub group: Option<ProcessGroup>,
+    /// NVSHMEM, for a team made with it: the symmetric heap every symmetric allocation comes from, and the
+    /// binding of each module's NVSHMEM flavour.
+    pub nvshmem: Option<crate::nvshmem::Nvshmem>,
     /// The abort words (`None` only while the team is being built).
     abort: Option<AbortWords>,
     /// Trace mode's rings and log (`None`: the team does not trace).
@@ -110,12 +113,17 @@ pub(crate) enum Part {
     Own(u64),
     /// Another process's part, mapped into this one.
     Mapped(u64),
+    /// This process's part, from NVSHMEM's symmetric heap.
+    Nvshmem(u64),
+    /// A peer's part of an NVSHMEM allocation as `nvshmem_ptr` maps it (0: loads and stores cannot reach it,
+    /// only NVSHMEM's puts); NVSHMEM owns the mapping.
+    NvshmemPeer(u64),
 }
 
 impl Part {
     pub fn address(self) -> u64 {
         match self {
-            Part::Own(a) | Part::Mapped(a) => a,
+            Part::Own(a) | Part::Mapped(a) | Part::Nvshmem(a) | Part::NvshmemPeer(a) => a,
         }
     }
 }
@@ -123,6 +131,7 @@ impl Part {
 impl TeamShared {
     /// The core of a team of `world` ranks, `local` of which run here on `exec`; allocates their error
     /// buffers.
+    #[expect(clippy::too_many_arguments, reason = "each part of the core comes from a different place of the builder")]
     pub fn new(
         backend: Backend,
         world: usize,
@@ -131,6 +140,7 @@ impl TeamShared {
         devices: Vec<Device>,
         exec: Box<dyn Exec>,
         group: Option<ProcessGroup>,
+        nvshmem: Option<crate::nvshmem::Nvshmem>,
     ) -> Result<TeamShared, Error> {
         static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
         let mut shared = TeamShared {
@@ -150,6 +160,7 @@ impl TeamShared {
             pads: Mutex::new(Vec::new()),
             buffers: Mutex::new(Vec::new()),
             group,
+            nvshmem,
             abort: None,
             tracer: None,
             exec: ManuallyDrop::new(exec),
@@ -402,6 +413,9 @@ impl TeamShared {
     /// Every rank's part of a new symmetric allocation of `bytes` per rank, in rank order; `label` names
     /// it in the agreement check of a team that spans processes.
     pub fn alloc_symmetric(&self, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
+        if let Some(nv) = &self.nvshmem {
+            return self.alloc_nvshmem(nv, bytes, label);
+        }
         if let Some(group) = &self.group {
             return symmetric::allocate(self, group, bytes, label);
         }
@@ -420,9 +434,40 @@ impl TeamShared {
         Ok(parts)
     }
 
+    /// A symmetric allocation from NVSHMEM's heap: this process's one rank's part, zeroed, and every peer's
+    /// as `nvshmem_ptr` maps it. Across processes the ranks first agree on what they allocate, since
+    /// `nvshmem_malloc` is collective and a different order or size would pair the wrong buffers.
+    fn alloc_nvshmem(&self, nv: &crate::nvshmem::Nvshmem, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
+        if let Some(group) = &self.group {
+            let number = group.next_allocation();
+            group
+                .agree("a symmetric allocation", &format!("allocation #{number}: {label} ({bytes} bytes per rank)"))?;
+        }
+        let rank = nv.rank;
+        let slot = self.slot(rank)?;
+        self.exec.make_current(slot)?;
+        let own = nv.malloc(bytes, label)?;
+        if let Err(e) = self.memset(rank, own, 0, bytes) {
+            nv.free(own);
+            return Err(e);
+        }
+        Ok((0..self.world)
+            .map(|pe| if pe == rank { Part::Nvshmem(own) } else { Part::NvshmemPeer(nv.peer_address(own, pe)) })
+            .collect())
+    }
+
     /// Releases rank `rank`'s part of a symmetric allocation; leaks it if the team is poisoned.
     pub fn release(&self, rank: usize, part: Part, bytes: usize) {
         match part {
+            Part::Nvshmem(addr) if !self.is_poisoned() => {
+                if let Some(nv) = &self.nvshmem {
+                    if let Err(e) = self.slot(rank).and_then(|slot| self.exec.make_current(slot)) {
+                        tracing::error!("before freeing NVSHMEM memory of rank {rank}: {e}");
+                    }
+                    nv.free(addr);
+                }
+            }
+            Part::Nvshmem(_) | Part::NvshmemPeer(_) => {}
             Part::Own(addr) => self.free(rank, addr, bytes),
             Part::Mapped(addr) if !self.is_poisoned() => {
                 let Some(&here) = self.local.first() else { return };
@@ -485,6 +530,13 @@ impl Drop for TeamShared {
             if let Err(e) = freed {
                 tracing::error!("freeing an error buffer: {e}");
             }
+        }
+        // NVSHMEM ends before the contexts and modules it was initialised on go.
+        if let Some(nv) = self.nvshmem.take() {
+            if let Err(e) = self.exec.make_current(0) {
+                tracing::error!("before finalising NVSHMEM: {e}");
+            }
+            drop(nv);
         }
         // SAFETY: dropped once, here, and never used again.
         unsafe { ManuallyDrop::drop(&mut self.exec) };

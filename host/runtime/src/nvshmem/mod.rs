@@ -1,0 +1,432 @@
+//! NVSHMEM: how a team's kernels reach GPUs that loads and stores cannot (other nodes, over IBGDA or IB RC).
+//!
+//! A team built with [`TeamBuilder::nvshmem`](crate::TeamBuilder::nvshmem) opens NVSHMEM's host library at
+//! run time (the runtime builds and runs where it is absent), initialises it through its unique-id
+//! bootstrap — rank 0's id carried to every rank over ferrocomm's own rendezvous — and then:
+//! - allocates every symmetric buffer and signal pad from NVSHMEM's symmetric heap (`nvshmem_malloc`); each
+//!   rank's peer table holds `nvshmem_ptr` of every peer (null where only remote puts reach it);
+//! - loads each kernels crate's NVSHMEM flavour (the builder's link with `libnvshmem_device.bc`) and binds
+//!   it with `nvshmemx_cumodule_init`, after checking that the bitcode's NVSHMEM is the host library's;
+//! - loads a crate built without that flavour only when every peer is load/store reachable, else refuses
+//!   the launch ([`Error::NvshmemUnreachable`]).
+//!
+//! Ranks are NVSHMEM's PEs: rank `r` initialises as PE `r`, so a kernel's peer rank is its PE.
+//!
+//! | variable | effect |
+//! | --- | --- |
+//! | `FERROCOMM_NVSHMEM_LIB` | `libnvshmem_host.so.3`, or the directory holding it (checked first) |
+//! | `NVSHMEM_HOME` | an NVSHMEM installation: `$NVSHMEM_HOME/lib/libnvshmem_host.so.3` |
+//! | (none) | the `nvidia-nvshmem-cu13` wheel in each Python's site-packages, then the soname on `LD_LIBRARY_PATH` |
+//! | `NVSHMEM_SYMMETRIC_SIZE` | NVSHMEM's heap per PE (its default: 1 GiB) |
+//! | `NVSHMEM_REMOTE_TRANSPORT` | `ibgda`, `ibrc` (NVSHMEM's default), `ucx`, `libfabric`, `none` |
+
+mod sys;
+
+use std::ffi::c_void;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use cudarc::driver::sys::CUmodule;
+
+use crate::error::Error;
+pub(crate) use sys::UniqueId;
+use sys::{HostLib, INIT_WITH_UNIQUEID, InitAttr};
+
+/// An explicit `libnvshmem_host.so.3`, or the directory holding it.
+pub const LIB_ENV: &str = "FERROCOMM_NVSHMEM_LIB";
+/// An NVSHMEM installation (`lib/libnvshmem_host.so.3` under it).
+pub const HOME_ENV: &str = "NVSHMEM_HOME";
+/// The host library's soname.
+pub const SONAME: &str = "libnvshmem_host.so.3";
+/// NVSHMEM's symmetric heap size per PE (bytes, or with a `K`/`M`/`G`/`T` suffix).
+pub const SYMMETRIC_SIZE_ENV: &str = "NVSHMEM_SYMMETRIC_SIZE";
+/// NVSHMEM's heap when [`SYMMETRIC_SIZE_ENV`] is unset (NVSHMEM 3.4's default).
+pub const DEFAULT_SYMMETRIC_SIZE: u64 = 1 << 30;
+/// The most NVSHMEM's heap grows to (it starts at [`SYMMETRIC_SIZE_ENV`] and grows on demand).
+pub const MAX_MEMORY_ENV: &str = "NVSHMEM_MAX_MEMORY_PER_GPU";
+/// The transport NVSHMEM uses to reach PEs that P2P cannot.
+pub const REMOTE_TRANSPORT_ENV: &str = "NVSHMEM_REMOTE_TRANSPORT";
+/// The NVSHMEM release the project is built and tested with (the bitcode the builder links is pinned to it).
+pub const PINNED_VERSION: Version = Version { major: 3, minor: 4, patch: 5 };
+/// What to install when the library is missing.
+pub const PIP_REQUIREMENT: &str = "nvidia-nvshmem-cu13==3.4.5";
+
+/// An NVSHMEM release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// Patch level.
+    pub patch: u32,
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The NVSHMEM version a PTX module linked with NVSHMEM's bitcode carries: the initialiser of
+/// `nvshmemi_device_lib_version_d` (`{major, minor, patch}` as little-endian `i32`s). `None` for a module
+/// without NVSHMEM.
+pub fn ptx_version(ptx: &str) -> Option<Version> {
+    let line = ptx.lines().find(|l| l.contains("nvshmemi_device_lib_version_d[12]"))?;
+    let init = line.split_once('{')?.1.split_once('}')?.0;
+    let mut bytes = [0u8; 12];
+    for (i, b) in init.split(',').enumerate() {
+        *bytes.get_mut(i)? = b.trim().parse().ok()?;
+    }
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Some(Version { major: word(0), minor: word(4), patch: word(8) })
+}
+
+/// Where the host library is looked for, in order: [`LIB_ENV`] (a file or a directory), [`HOME_ENV`], the
+/// `nvidia-nvshmem-cu13` wheel of each Python on `PATH`, and last the bare soname, which the dynamic loader
+/// resolves through `LD_LIBRARY_PATH` and the system's paths.
+pub fn candidates() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(explicit) = std::env::var_os(LIB_ENV).filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(explicit);
+        out.push(if path.is_dir() { path.join(SONAME) } else { path });
+    }
+    if let Some(home) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+        out.push(Path::new(&home).join("lib").join(SONAME));
+    }
+    for dir in python_site_packages() {
+        out.push(dir.join("nvidia/nvshmem/lib").join(SONAME));
+    }
+    out.push(PathBuf::from(SONAME));
+    out
+}
+
+fn python_site_packages() -> Vec<PathBuf> {
+    const ASK: &str = "import site, sysconfig; \
+        print('\\n'.join([sysconfig.get_paths()['purelib'], site.getusersitepackages()] + site.getsitepackages()))";
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for python in ["python3", "python"] {
+        let Ok(out) = Command::new(python).args(["-c", ASK]).output() else { continue };
+        for line in String::from_utf8_lossy(&out.stdout).lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let dir = PathBuf::from(line);
+            if !dirs.contains(&dir) {
+                dirs.push(dir);
+            }
+        }
+    }
+    dirs
+}
+
+/// Opens the first candidate that loads ([`candidates`]); the error lists what was tried and why each
+/// failed.
+fn open_host_library() -> Result<HostLib, Error> {
+    let mut tried = Vec::new();
+    for path in candidates() {
+        // A path that is not there is not worth a dlopen (its error would only say so); the bare soname is.
+        if path.components().count() > 1 && !path.exists() {
+            tried.push(format!("{} (absent)", path.display()));
+            continue;
+        }
+        match HostLib::open(&path) {
+            Ok(lib) => return Ok(lib),
+            Err(why) => tried.push(format!("{} ({why})", path.display())),
+        }
+    }
+    Err(Error::NvshmemMissing { tried: tried.join("; ") })
+}
+
+/// What `ferrocomm doctor` reports: the host library found, its release, the transport and bootstrap
+/// plugins beside it, and the heap each PE will get.
+#[derive(Debug, Clone)]
+pub struct NvshmemInfo {
+    /// The library that loaded.
+    pub library: PathBuf,
+    /// Its release (`nvshmemx_vendor_get_version_info`).
+    pub version: Version,
+    /// The OpenSHMEM specification it implements (`nvshmem_info_get_version`).
+    pub openshmem: (u32, u32),
+    /// Transport plugins beside it (`ibgda`, `ibrc`, `ucx`, ...): how it can reach other nodes.
+    pub transports: Vec<String>,
+    /// Bootstrap plugins beside it (`uid` is the one ferrocomm uses).
+    pub bootstraps: Vec<String>,
+    /// `NVSHMEM_REMOTE_TRANSPORT`, when set.
+    pub remote_transport: Option<String>,
+    /// The symmetric heap per PE, in bytes.
+    pub heap_bytes: u64,
+    /// Whether [`NvshmemInfo::heap_bytes`] comes from `NVSHMEM_SYMMETRIC_SIZE` (else NVSHMEM's default).
+    pub heap_from_env: bool,
+}
+
+/// Finds and opens the host library without initialising it, and says what it offers.
+pub fn probe() -> Result<NvshmemInfo, Error> {
+    let lib = open_host_library()?;
+    let ((major, minor, patch), openshmem) = lib.versions();
+    // The soname alone has no directory: ask the loader where it found it.
+    let dir = loaded_from(&lib.path).and_then(|p| p.parent().map(Path::to_owned));
+    let plugins = |prefix: &str| -> Vec<String> {
+        let Some(dir) = &dir else { return Vec::new() };
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| n.strip_prefix(prefix).and_then(|r| r.split_once(".so")).map(|(name, _)| name.to_owned()))
+            .collect();
+        names.sort();
+        names
+    };
+    let (heap_bytes, heap_from_env) = heap_size()?;
+    let (transports, bootstraps) = (plugins("nvshmem_transport_"), plugins("nvshmem_bootstrap_"));
+    Ok(NvshmemInfo {
+        library: dir.map_or_else(|| lib.path.clone(), |d| d.join(SONAME)),
+        version: Version { major, minor, patch },
+        openshmem,
+        transports,
+        bootstraps,
+        remote_transport: std::env::var(REMOTE_TRANSPORT_ENV).ok().filter(|v| !v.is_empty()),
+        heap_bytes,
+        heap_from_env,
+    })
+}
+
+/// The file the dynamic loader opened for `path` (from `/proc/self/maps`), for a bare soname.
+fn loaded_from(path: &Path) -> Option<PathBuf> {
+    if path.is_absolute() {
+        return Some(path.to_owned());
+    }
+    let name = path.file_name()?.to_str()?;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.ends_with(name)).map(PathBuf::from)
+}
+
+/// NVSHMEM's heap per PE: `NVSHMEM_SYMMETRIC_SIZE` parsed as NVSHMEM does (bytes, or a `K`, `M`, `G` or
+/// `T` suffix of powers of 1024), else its default; and whether it came from the variable.
+pub fn heap_size() -> Result<(u64, bool), Error> {
+    match std::env::var(SYMMETRIC_SIZE_ENV) {
+        Ok(v) if !v.trim().is_empty() => parse_size(&v).map(|b| (b, true)).ok_or(Error::BadEnv {
+            var: SYMMETRIC_SIZE_ENV,
+            value: v,
+            expected: "a size in bytes, or with a K, M, G or T suffix (e.g. 2G)",
+        }),
+        _ => Ok((DEFAULT_SYMMETRIC_SIZE, false)),
+    }
+}
+
+fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, shift) = match t.chars().last()?.to_ascii_uppercase() {
+        'K' => (&t[..t.len() - 1], 10),
+        'M' => (&t[..t.len() - 1], 20),
+        'G' => (&t[..t.len() - 1], 30),
+        'T' => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    digits.trim().parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+/// Bytes in words a heap error reads well with (`1.5 GiB`).
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
+/// The running NVSHMEM of a team: initialised when the team is made, finalised when it is dropped. One per
+/// process, as NVSHMEM is.
+pub(crate) struct Nvshmem {
+    lib: HostLib,
+    /// This process's PE (its team rank) and the number of PEs (the team's world).
+    pub rank: usize,
+    pub world: usize,
+    pub version: Version,
+    /// Per PE: whether this PE's loads and stores reach it (`nvshmem_ptr` of a heap address is not null).
+    pub reachable: Vec<bool>,
+    /// Heap bytes handed out and live, for the heap error's arithmetic.
+    live: Mutex<Vec<(u64, usize)>>,
+}
+
+impl fmt::Debug for Nvshmem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nvshmem")
+            .field("library", &self.lib.path)
+            .field("version", &self.version)
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("reachable", &self.reachable)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh unique id (rank 0 makes it; every rank initialises with it), from the host library.
+pub(crate) fn unique_id() -> Result<UniqueId, Error> {
+    let lib = open_host_library()?;
+    let mut id = UniqueId::new();
+    // SAFETY: an out-parameter of the library's own type.
+    let status = unsafe { (lib.get_uniqueid)(&mut id) };
+    if status != 0 {
+        return Err(Error::NvshmemCall { call: "nvshmemx_get_uniqueid", status, hint: "" });
+    }
+    Ok(id)
+}
+
+impl Nvshmem {
+    /// Initialises NVSHMEM as PE `rank` of `world` with rank 0's unique id, on the CUDA context current on
+    /// this thread (the caller binds the rank's).
+    pub fn init(rank: usize, world: usize, id: &UniqueId) -> Result<Nvshmem, Error> {
+        let lib = open_host_library()?;
+        let ((major, minor, patch), _) = lib.versions();
+        let version = Version { major, minor, patch };
+        // SAFETY: no arguments.
+        let status = unsafe { (lib.init_status)() };
+        // NVSHMEM_STATUS_IS_INITIALIZED, _LIMITED_MPG, _FULL_MPG (nvshmem_constants.h).
+        if (2..=4).contains(&status) {
+            return Err(Error::TeamConfig {
+                reason: "NVSHMEM is already initialised in this process: a process has one NVSHMEM team at a time; \
+                         drop the other one first"
+                    .into(),
+            });
+        }
+        let mut attr = InitAttr::new();
+        let (me, n) = (rank as i32, world as i32);
+        // SAFETY: `id` and `attr` are live values of the library's own layouts; it copies what it keeps.
+        let status = unsafe { (lib.set_attr_uniqueid_args)(me, n, id, &mut attr) };
+        if status != 0 {
+            return Err(Error::NvshmemCall { call: "nvshmemx_set_attr_uniqueid_args", status, hint: "" });
+        }
+        // SAFETY: as above; the caller made the rank's CUDA context current.
+        let status = unsafe { (lib.hostlib_init_attr)(INIT_WITH_UNIQUEID, &mut attr) };
+        if status != 0 {
+            return Err(Error::NvshmemCall {
+                call: "nvshmemx_hostlib_init_attr",
+                status,
+                hint: "NVSHMEM_DEBUG=INFO says why; on machines without NVLink SHARP set NVSHMEM_DISABLE_NVLS=1, \
+                       and without InfiniBand NVSHMEM_REMOTE_TRANSPORT=none",
+            });
+        }
+        // SAFETY: NVSHMEM is initialised.
+        let (pe, pes) = unsafe { ((lib.my_pe)(), (lib.n_pes)()) };
+        let mut nv = Nvshmem { lib, rank, world, version, reachable: Vec::new(), live: Mutex::new(Vec::new()) };
+        if pe != me || pes != n {
+            return Err(Error::TeamConfig {
+                reason: format!(
+                    "NVSHMEM made rank {rank} of {world} PE {pe} of {pes}; every rank must join with rank 0's id"
+                ),
+            });
+        }
+        // Which PEs loads and stores reach: NVSHMEM maps those of this node (NVLink, PCIe P2P) into the heap.
+        let probe = nv.malloc(crate::memory::ALIGN, "NVSHMEM's reachability probe")?;
+        nv.reachable = (0..world).map(|pe| nv.peer_address(probe, pe) != 0).collect();
+        nv.free(probe);
+        Ok(nv)
+    }
+
+    /// `bytes` of NVSHMEM's symmetric heap (collective: every PE allocates the same, in the same order);
+    /// the heap error names `NVSHMEM_SYMMETRIC_SIZE` and the size that would fit. Not zeroed.
+    pub fn malloc(&self, bytes: usize, label: &str) -> Result<u64, Error> {
+        // SAFETY: NVSHMEM is initialised; the size is a plain count.
+        let ptr = unsafe { (self.lib.malloc)(bytes) };
+        if ptr.is_null() {
+            let (heap, from_env) = heap_size().unwrap_or((DEFAULT_SYMMETRIC_SIZE, false));
+            let live: u64 = self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|&(_, b)| b as u64).sum();
+            return Err(Error::NvshmemHeapTooSmall {
+                label: label.to_owned(),
+                bytes: bytes as u64,
+                live,
+                heap,
+                heap_from_env: from_env,
+                // Room for what is live, this allocation, and NVSHMEM's own share of the heap.
+                suggested: human((live + bytes as u64 + heap).next_power_of_two()),
+            });
+        }
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).push((ptr as u64, bytes));
+        Ok(ptr as u64)
+    }
+
+    /// Frees a [`Nvshmem::malloc`] allocation (collective, like the allocation).
+    pub fn free(&self, addr: u64) {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|&(a, _)| a != addr);
+        // SAFETY: `addr` came from `nvshmem_malloc` and is freed once, after every kernel using it.
+        unsafe { (self.lib.free)(addr as *mut c_void) };
+    }
+
+    /// Where this PE's loads and stores reach PE `pe`'s copy of the heap address `addr`; 0 when they do not.
+    pub fn peer_address(&self, addr: u64, pe: usize) -> u64 {
+        // SAFETY: `addr` is a heap address; `pe` a PE of the team.
+        unsafe { (self.lib.ptr)(addr as *const c_void, pe as i32) as u64 }
+    }
+
+    /// Binds a loaded module that was linked with NVSHMEM's device library (`nvshmemx_cumodule_init`), after
+    /// checking that its bitcode is of this host library's release.
+    pub fn bind_module(&self, module: CUmodule, name: &'static str, ptx: &str) -> Result<(), Error> {
+        let Some(bitcode) = ptx_version(ptx) else {
+            // The flavour's kernels call no NVSHMEM function: nothing to bind.
+            return Ok(());
+        };
+        if bitcode != self.version {
+            return Err(Error::NvshmemVersionMismatch {
+                module: name,
+                bitcode: bitcode.to_string(),
+                host: self.version.to_string(),
+                library: self.lib.path.clone(),
+            });
+        }
+        // SAFETY: a module loaded in the current context, which NVSHMEM was initialised on.
+        let status = unsafe { (self.lib.cumodule_init)(module) };
+        if status != 0 {
+            return Err(Error::NvshmemCall { call: "nvshmemx_cumodule_init", status, hint: "" });
+        }
+        Ok(())
+    }
+
+    /// The first PE this one cannot reach with loads and stores, if any.
+    pub fn first_unreachable(&self) -> Option<usize> {
+        self.reachable.iter().position(|r| !r)
+    }
+}
+
+impl Drop for Nvshmem {
+    fn drop(&mut self) {
+        // SAFETY: initialised by `init`; every allocation and module of the team is gone (the team drops
+        // this last, before its contexts).
+        unsafe { (self.lib.hostlib_finalize)() };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_as_nvshmem_reads_them() {
+        assert_eq!(parse_size("1024"), Some(1024));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("512m"), Some(512 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(human(3 << 29), "1.5 GiB");
+    }
+
+    #[test]
+    fn the_bitcode_version_is_read_from_the_ptx() {
+        let ptx = ".visible .const .align 4 .b8 nvshmemi_device_lib_version_d[12] = {3, 0, 0, 0, 4, 0, 0, 0, 5};";
+        assert_eq!(ptx_version(ptx), Some(PINNED_VERSION));
+        assert_eq!(ptx_version(".visible .entry k("), None);
+    }
+
+    #[test]
+    fn unique_ids_round_trip_as_bytes() {
+        let mut id = UniqueId::new();
+        id.internal[7] = 42;
+        let bytes = id.to_bytes();
+        assert_eq!(bytes.len(), 128);
+        let back = UniqueId::from_bytes(&bytes).unwrap();
+        assert_eq!((back.version, back.internal[7]), (id.version, 42));
+        assert!(UniqueId::from_bytes(&bytes[1..]).is_none());
+    }
+}

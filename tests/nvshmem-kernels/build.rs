@@ -1,0 +1,10 @@
+//! The ordinary modules (sm_90) and the NVSHMEM flavour (sm_80 and sm_90: NVSHMEM 3.4's bitcode supports
+//! both), no traced flavour: the crate exists to test the NVSHMEM link path, and every nested build costs
+//! a compile of `core`.
+use ferrocomm_builder::Arch;
+
+fn main() {
+    ferrocomm_builder::build_script_with(|b| {
+        b.arch(Arch::SM_90).no_trace().nvshmem_arch(Arch::SM_80).nvshmem_arch(Arch::SM_90)
+    });
+}

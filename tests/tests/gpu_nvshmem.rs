@@ -1,0 +1,161 @@
+//! NVSHMEM on a GPU: a team of one PE initialised through NVSHMEM's unique-id bootstrap runs the NVSHMEM
+//! flavour of `ferrocomm-nvshmem-kernels` — put-with-signal and a one-shot all-reduce through NVSHMEM's
+//! device API, bound with `nvshmemx_cumodule_init` — and the results are checked against the CPU
+//! references the emulator test (`nvshmem_emulated.rs`) uses for the same kernels.
+//!
+//! Skipped with a visible message without a GPU, or without NVSHMEM's host library (`python3 -m pip install
+//! nvidia-nvshmem-cu13==3.4.5`, or `FERROCOMM_NVSHMEM_LIB=<dir>`), or without the kernels' NVSHMEM flavour
+//! (the build found no bitcode). When `FERROCOMM_REQUIRE_GPUS=N` is set, a missing GPU, library or flavour
+//! fails instead. NVSHMEM initialises once per process, so the one-PE checks run in one test, in order.
+//!
+//! With two GPUs or more, a second test starts a job of two processes (torchrun's variables), one PE each:
+//! rank 0's unique id travels over ferrocomm's rendezvous, and the same checks run across the two PEs.
+
+use std::time::Duration;
+
+#[path = "support/local_job.rs"]
+mod local_job;
+
+use ferrocomm::{Backend, Error, SymBuffer, Team, nvshmem, system};
+use ferrocomm_nvshmem_kernels::__FERROCOMM_MODULE as MODULE;
+use ferrocomm_nvshmem_kernels::host::{check_all_reduce, check_put_signal};
+
+const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
+
+/// Whether `FERROCOMM_REQUIRE_GPUS` asks for at least one GPU.
+fn required() -> bool {
+    std::env::var(REQUIRE_ENV).is_ok_and(|v| v.trim().parse::<usize>().is_ok_and(|n| n > 0))
+}
+
+/// Skips (with a message) or, when GPUs are required, fails.
+fn skip_or_fail(why: String) {
+    assert!(!required(), "{REQUIRE_ENV} is set but {why}");
+    eprintln!("skipped: {why}");
+}
+
+/// Whether this machine can run the NVSHMEM tests with `gpus` GPUs at least: the GPUs, NVSHMEM's host
+/// library and the kernels' NVSHMEM flavour (see the module docs).
+fn runnable(gpus: usize) -> bool {
+    let present = system::driver().map(|d| d.gpu_count).unwrap_or(0);
+    if present == 0 {
+        let why = system::driver().err().map(|e| e.to_string()).unwrap_or_default();
+        skip_or_fail(format!("no GPU for the NVSHMEM test ({why})"));
+        return false;
+    }
+    if present < gpus {
+        // Not a failure under FERROCOMM_REQUIRE_GPUS=1: the machine has what it was required to have.
+        let need: usize = std::env::var(REQUIRE_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+        assert!(need < gpus, "{REQUIRE_ENV}={need} but {present} GPU(s) are usable");
+        eprintln!("skipped: the test needs {gpus} GPUs, this machine has {present}");
+        return false;
+    }
+    let info = match nvshmem::probe() {
+        Ok(info) => info,
+        Err(e) => {
+            skip_or_fail(format!("NVSHMEM cannot be used: {e}"));
+            return false;
+        }
+    };
+    eprintln!("NVSHMEM {} from {} (transports: {:?})", info.version, info.library.display(), info.transports);
+    if MODULE.nvshmem_arches().is_empty() {
+        skip_or_fail(
+            "ferrocomm-nvshmem-kernels was built without its NVSHMEM flavour (no libnvshmem_device.bc at build time)"
+                .into(),
+        );
+        return false;
+    }
+    true
+}
+
+/// The one-PE team, or `None` where this machine cannot run it (see the module docs).
+fn nvshmem_team() -> Option<Team> {
+    if !runnable(1) {
+        return None;
+    }
+    if std::env::var_os("NVSHMEM_DISABLE_NVLS").is_none() {
+        // SAFETY: set before NVSHMEM (the only reader) starts, while this binary's single test is the only
+        // thread that touches the environment. NVLink SHARP needs a multicast-capable fabric one GPU lacks.
+        unsafe { std::env::set_var("NVSHMEM_DISABLE_NVLS", "1") };
+    }
+    // A GPU and NVSHMEM are here: from now on every failure is the code's, not the machine's.
+    let team = Team::builder()
+        .backend(Backend::Cuda)
+        .single_process()
+        .world(1)
+        .nvshmem(true)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap_or_else(|e| panic!("an NVSHMEM team of one PE on a GPU: {e}"));
+    Some(team)
+}
+
+#[test]
+fn one_pe_puts_signals_and_all_reduces_through_nvshmem() {
+    let Some(team) = nvshmem_team() else { return };
+    assert_eq!((team.world(), team.backend()), (1, Backend::Cuda));
+
+    // NVSHMEM's put-with-signal to itself (PE 0 → PE 0), at sizes from one element to 256 KiB, three launches
+    // on one pad (its epochs carry on).
+    for len in [1, 1000, 1 << 16] {
+        check_put_signal(&team, len, 256, 3).unwrap_or_else(|e| panic!("put/signal, {len} elements: {e}"));
+    }
+    // The all-reduce over NVSHMEM's puts and signals, the stage's halves alternating over launches.
+    for len in [1, 333, 1 << 15] {
+        check_all_reduce(&team, len, 256, 3).unwrap_or_else(|e| panic!("all-reduce, {len} elements: {e}"));
+    }
+
+    // A buffer larger than the heap can grow to (NVSHMEM grows it on demand, up to the GPU's memory): a typed
+    // error that names the variable and a size, and the team stays usable.
+    let (heap, _) = nvshmem::heap_size().unwrap();
+    let too_big = (2 * heap).max(1 << 40) as usize;
+    match SymBuffer::<u8>::new(&team, too_big) {
+        Err(e @ Error::NvshmemHeapTooSmall { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains("NVSHMEM_SYMMETRIC_SIZE="), "{msg}");
+        }
+        Err(e) => panic!("allocating {too_big} bytes: want NvshmemHeapTooSmall, got {e}"),
+        Ok(_) => panic!("NVSHMEM's heap of {heap} bytes gave {too_big} bytes"),
+    }
+    check_put_signal(&team, 64, 128, 1).unwrap_or_else(|e| panic!("put/signal after the heap error: {e}"));
+}
+
+/// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
+const RANK_ENV: &str = "FERROCOMM_TEST_NVSHMEM_RANK";
+
+#[test]
+fn two_pes_in_two_processes_put_signal_and_all_reduce() {
+    if std::env::var_os(RANK_ENV).is_some() || !runnable(2) {
+        return;
+    }
+    let outputs = local_job::job(2, &[0, 1], Duration::from_secs(180), |_| {
+        vec![
+            (RANK_ENV, "1".to_owned()),
+            ("FERROCOMM_BACKEND", "cuda".to_owned()),
+            ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
+        ]
+    });
+    for o in &outputs {
+        assert!(o.code == Some(0) && o.outcome() == "ok", "{o:?}");
+    }
+}
+
+/// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`], when this binary runs as one.
+#[test]
+fn rank_process() {
+    if std::env::var_os(RANK_ENV).is_none() {
+        return;
+    }
+    let played = || -> Result<(), Box<dyn std::error::Error>> {
+        let team = Team::builder().nvshmem(true).timeout(Duration::from_secs(5)).build()?;
+        assert!(team.spans_processes() && team.world() == 2 && team.backend() == Backend::Cuda);
+        check_put_signal(&team, 1000, 256, 3)?;
+        check_all_reduce(&team, 333, 256, 3)?;
+        Ok(())
+    };
+    let outcome = match played() {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("error: {e}"),
+    };
+    println!("outcome: {outcome}");
+    std::process::exit(if outcome == "ok" { 0 } else { 1 });
+}
