@@ -330,11 +330,17 @@ impl Nvshmem {
     /// `bytes` of NVSHMEM's symmetric heap (collective: every PE allocates the same, in the same order);
     /// the heap error names `NVSHMEM_SYMMETRIC_SIZE` and the size that would fit. Not zeroed.
     pub fn malloc(&self, bytes: usize, label: &str) -> Result<u64, Error> {
+        let live: u64 = self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|&(_, b)| b as u64).sum();
+        // An allocation NVSHMEM cannot grow its heap to is refused here, before NVSHMEM sees it: NVSHMEM 3.4's
+        // failed growth leaves its heap broken, and its next barrier ends the process. The bound is what the
+        // GPU has free (the context of the rank allocating is current) and NVSHMEM_MAX_MEMORY_PER_GPU.
+        let free = cudarc::driver::result::mem_get_info().ok().map(|(free, _)| free as u64);
+        let most = std::env::var(MAX_MEMORY_ENV).ok().and_then(|v| parse_size(&v));
+        let over = free.is_some_and(|f| bytes as u64 > f) || most.is_some_and(|m| live + bytes as u64 > m);
         // SAFETY: NVSHMEM is initialised; the size is a plain count.
-        let ptr = unsafe { (self.lib.malloc)(bytes) };
+        let ptr = if over { std::ptr::null_mut() } else { unsafe { (self.lib.malloc)(bytes) } };
         if ptr.is_null() {
             let (heap, from_env) = heap_size().unwrap_or((DEFAULT_SYMMETRIC_SIZE, false));
-            let live: u64 = self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|&(_, b)| b as u64).sum();
             return Err(Error::NvshmemHeapTooSmall {
                 label: label.to_owned(),
                 bytes: bytes as u64,
