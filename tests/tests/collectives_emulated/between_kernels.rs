@@ -87,17 +87,15 @@ fn a_put_then_a_kernel_reading_it_then_a_put_again() {
     assert_eq!(out2.to_host(1).unwrap(), pattern(2, 0, LEN));
 }
 
-#[test]
-fn a_get_between_puts_into_its_source() {
-    // Rank 2 puts into rank 1's `shared`, rank 0 gets it, rank 2 puts again: the get's `ready` orders its
-    // reads after the first put, its `done` orders them before the second.
-    let team = team(3);
-    let mut comm = Communicator::new(&team).unwrap();
-    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
-    let mut shared = SymBuffer::<u32>::new(&team, LEN).unwrap();
-    let mut got = SymBuffer::<u32>::new(&team, LEN).unwrap();
-    let mut out = SymBuffer::new(&team, LEN).unwrap();
-    replay(&mut comm, |c| {
+/// Rank 2 puts into rank 1's `shared`, rank 0 gets it, rank 2 puts again: the get's `ready` orders its
+/// reads after the first put, its `done` orders them before the second.
+fn get_between_puts_into_its_source(comm: &mut Communicator<'_>) {
+    let team = comm.team();
+    let (first, second) = (filled(team, 1, LEN), filled(team, 2, LEN));
+    let mut shared = SymBuffer::<u32>::new(team, LEN).unwrap();
+    let mut got = SymBuffer::<u32>::new(team, LEN).unwrap();
+    let mut out = SymBuffer::new(team, LEN).unwrap();
+    replay(comm, |c| {
         drop(c.put(&first, &mut shared, Route::Pair { from: 2, to: 1 })?);
         drop(c.get(&mut got, &shared, Route::Pair { from: 0, to: 1 })?);
         drop(c.put(&second, &mut shared, Route::Pair { from: 2, to: 1 })?);
@@ -108,24 +106,18 @@ fn a_get_between_puts_into_its_source() {
 }
 
 #[test]
+fn a_get_between_puts_into_its_source() {
+    let team = team(3);
+    get_between_puts_into_its_source(&mut Communicator::new(&team).unwrap());
+}
+
+#[test]
 fn a_get_between_puts_into_its_source_by_loads_and_stores() {
-    // The same, with the TMA off: every thread of a put's block stores, so each must wait for the block's
+    // The same with the TMA off: every thread of a put's block stores, so each must wait for the block's
     // leader to see the target's `ready` (the TMA path's own barrier hides that one).
     let team = team(3);
     let tuning = ferrocomm_kernels::Tuning { bulk_stage_bytes: 0, ..ferrocomm_kernels::Tuning::emulator() };
-    let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
-    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
-    let mut shared = SymBuffer::<u32>::new(&team, LEN).unwrap();
-    let mut got = SymBuffer::<u32>::new(&team, LEN).unwrap();
-    let mut out = SymBuffer::new(&team, LEN).unwrap();
-    replay(&mut comm, |c| {
-        drop(c.put(&first, &mut shared, Route::Pair { from: 2, to: 1 })?);
-        drop(c.get(&mut got, &shared, Route::Pair { from: 0, to: 1 })?);
-        drop(c.put(&second, &mut shared, Route::Pair { from: 2, to: 1 })?);
-        consume_into(c.team(), &shared, &mut out)
-    });
-    assert_eq!(got.to_host(0).unwrap(), pattern(1, 2, LEN));
-    assert_eq!(out.to_host(1).unwrap(), pattern(2, 2, LEN));
+    get_between_puts_into_its_source(&mut Communicator::with_tuning(&team, tuning).unwrap());
 }
 
 #[test]
