@@ -223,31 +223,11 @@ pub fn summary(data: &BenchData) -> Vec<(Operation, Vec<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Dtype, Measurement};
+    use crate::model::Measurement;
 
     fn point(op: Operation, mode: Mode, bytes: u64, us: f64) -> Measurement {
-        Measurement {
-            op,
-            mode,
-            label: (mode == Mode::Anchor).then(|| "torch symm_mem two-shot".to_owned()),
-            world: 2,
-            bytes,
-            dtype: Dtype::Bf16,
-            iterations: 10,
-            trials: 3,
-            median_us: us,
-            min_us: us,
-            max_us: us,
-            algbw_gbps: 0.0,
-            busbw_gbps: 0.0,
-            host_cpu_us_per_op: None,
-            sms_used: None,
-            queue_depth: None,
-            graph: true,
-            intra_gpu: false,
-            isolated: None,
-            utilization: None,
-        }
+        let label = (mode == Mode::Anchor).then_some("torch symm_mem two-shot");
+        Measurement::for_test(op, mode, label, bytes, us)
     }
 
     fn series(mode: Mode) -> Series {

@@ -295,6 +295,34 @@ impl Skipped {
 }
 
 impl Measurement {
+    /// A point for the unit tests: `op` in `mode` (with `label`) at `bytes`, every trial `us`, on 2 ranks,
+    /// bf16, graph replay, nothing else known.
+    #[cfg(test)]
+    pub(crate) fn for_test(op: Operation, mode: Mode, label: Option<&str>, bytes: u64, us: f64) -> Measurement {
+        Measurement {
+            op,
+            mode,
+            label: label.map(str::to_owned),
+            world: 2,
+            bytes,
+            dtype: Dtype::Bf16,
+            iterations: 10,
+            trials: 3,
+            median_us: us,
+            min_us: us,
+            max_us: us,
+            algbw_gbps: 0.0,
+            busbw_gbps: 0.0,
+            host_cpu_us_per_op: None,
+            sms_used: None,
+            queue_depth: None,
+            graph: true,
+            intra_gpu: false,
+            isolated: None,
+            utilization: None,
+        }
+    }
+
     /// The series (one line in a plot, one column in the headline table) this point belongs to.
     pub fn series(&self) -> Series {
         Series { mode: self.mode, label: self.label.clone(), queue_depth: self.queue_depth }

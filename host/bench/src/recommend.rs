@@ -253,26 +253,9 @@ mod tests {
 
     fn put_point(label: &str, bytes: u64, us: f64) -> crate::model::Measurement {
         crate::model::Measurement {
-            op: Operation::PutBandwidth,
-            mode: Mode::Gpu,
-            label: Some(label.to_owned()),
-            world: 2,
-            bytes,
             dtype: crate::model::Dtype::U8,
-            iterations: 10,
-            trials: 3,
-            median_us: us,
-            min_us: us,
-            max_us: us,
-            algbw_gbps: 0.0,
-            busbw_gbps: 0.0,
-            host_cpu_us_per_op: None,
-            sms_used: None,
-            queue_depth: None,
-            graph: true,
             intra_gpu: true,
-            isolated: None,
-            utilization: None,
+            ..crate::model::Measurement::for_test(Operation::PutBandwidth, Mode::Gpu, Some(label), bytes, us)
         }
     }
 

@@ -93,31 +93,10 @@ pub fn section(data: &BenchData) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Dtype, Measurement, Mode};
+    use crate::model::{Measurement, Mode};
 
     fn point(op: Operation, label: Option<&str>, bytes: u64, us: f64) -> Measurement {
-        Measurement {
-            op,
-            mode: Mode::Gpu,
-            label: label.map(str::to_owned),
-            world: 2,
-            bytes,
-            dtype: Dtype::Bf16,
-            iterations: 10,
-            trials: 3,
-            median_us: us,
-            min_us: us,
-            max_us: us,
-            algbw_gbps: 0.0,
-            busbw_gbps: 0.0,
-            host_cpu_us_per_op: None,
-            sms_used: None,
-            queue_depth: None,
-            graph: true,
-            intra_gpu: false,
-            isolated: None,
-            utilization: None,
-        }
+        Measurement::for_test(op, Mode::Gpu, label, bytes, us)
     }
 
     #[test]
