@@ -209,7 +209,7 @@ const _: () = {
     assert!(core::mem::offset_of!(TraceEvent, smid) == 10 && core::mem::offset_of!(TraceEvent, block) == 12);
     assert!(core::mem::offset_of!(TraceEvent, thread) == 16 && core::mem::offset_of!(TraceEvent, reserved) == 20);
     assert!(core::mem::offset_of!(TraceEvent, a) == 24 && core::mem::offset_of!(TraceEvent, b) == 32);
-    assert!(TRACE_HEADER_BYTES % 8 == 0 && cfg!(target_endian = "little"));
+    assert!(TRACE_HEADER_BYTES.is_multiple_of(8) && cfg!(target_endian = "little"));
 };
 
 /// Chunks of [`TRACE_CHUNK_EVENTS`] slots a block has in flight at once: the entries of its chunk table.
