@@ -290,6 +290,9 @@ golden! {
     f16_add: "golden_f16_add" => ["add.rn.f16 %rs, %rs, %rs;"];
     rsqrt: "golden_rsqrt" => ["rsqrt.approx.f32 %r, %r;"];
     fma: "golden_fma" => ["fma.rn.f32 %r, %r, %r, %r;"];
+    mma_bf16: "golden_mma_bf16" => [
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%r, %r, %r, %r}, {%r, %r, %r, %r}, {%r, %r}, {%r, %r, %r, %r};",
+    ];
     bf16_from_f32: "golden_bf16_from_f32" => ["cvt.rn.bf16.f32 %rs, %r;"];
     f16_from_f32: "golden_f16_from_f32" => ["cvt.rn.f16.f32 %rs, %r;"];
     f16_to_f32: "golden_f16_to_f32" => ["cvt.f32.f16 %r, %rs;"];

@@ -216,11 +216,11 @@ macro_rules! plain_param {
 /// Output columns of one tile of the tensor-parallel GEMV: 32 lanes × 8 columns (one 16-byte vector of
 /// `bf16` weights per lane and row).
 pub const TP_TILE_COLS: usize = 256;
-/// Warps per block of the tensor-parallel GEMV; each takes every `TP_WARPS`-th row of its block's split.
+/// Warps per block of the tensor-parallel GEMV; warp `w` takes the tile's columns `64w .. 64w + 64`.
 pub const TP_WARPS: usize = 4;
-/// Rows of `w` a warp of the tensor-parallel GEMV takes at a time: eight 16-byte weight loads in flight per
-/// lane, and one 16-byte load of `x` per token for them.
-pub const TP_CHUNK_ROWS: usize = 8;
+/// Rows of `w` in one k-step of the tensor-parallel GEMV: the `k` of `mma.m16n8k16`. Splits hold whole
+/// k-steps (but the last).
+pub const TP_CHUNK_ROWS: usize = 16;
 /// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
 pub const TP_MAX_TOKENS: usize = 16;
 

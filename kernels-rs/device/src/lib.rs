@@ -45,6 +45,7 @@
 //! | [`sym`] | `SymSlice`, `SymSliceMut`, peer views, `DeviceCopy` |
 //! | [`half`] | `bf16`, `f16` |
 //! | [`math`] | `rsqrt` (`rsqrt.approx.f32`), `fma` (`fma.rn.f32`) |
+//! | [`mma`] | warp-wide matrix multiply-accumulate on the tensor cores (`mma.sync` m16n8k16, `bf16` in, `f32` out) |
 //! | [`mem`] | weak global loads and stores (`ld/st.global.v4.b32` …) |
 //! | [`param`] | `DeviceParam`: how kernel arguments cross the launch |
 //! | [`error`] | device error records, `exit_thread`, the panic handler |
@@ -65,6 +66,7 @@ pub mod index;
 pub mod ll;
 pub mod math;
 pub mod mem;
+pub mod mma;
 pub mod nvshmem;
 pub mod param;
 pub mod put;

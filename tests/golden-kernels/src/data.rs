@@ -107,6 +107,12 @@ pub unsafe extern "ptx-kernel" fn golden_rsqrt(v: f32, out: *mut f32) {
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_mma_bf16(a: *const [u32; 4], b: *const [u32; 2], c: *mut [f32; 4]) {
+    // SAFETY: the launch passes valid pointers.
+    unsafe { *c = ferrocomm_device::mma::mma_m16n8k16_bf16(*a, *b, *c) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_fma(a: f32, b: f32, c: f32, out: *mut f32) {
     // SAFETY: the launch passes a valid pointer.
     unsafe { *out = ferrocomm_device::math::fma(a, b, c) };

@@ -2,6 +2,7 @@
 //! order. Each case runs with the lanes let loose together, and with one half of the warp held back so
 //! that the other half arrives (and, where it can, finishes) first: the verdict must not change.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use ferrocomm_device::emu::EmuError;
@@ -115,5 +116,53 @@ fn divergent_branches_with_disjoint_masks_then_a_full_mask_call_complete() {
             }
             assert_eq!(vote_ballot_sync(u32::MAX, lane < 4), 0xf, "{order:?} lane {lane}");
         });
+    }
+}
+
+/// `mma_m16n8k16_bf16` in the emulator: each lane builds its fragments of random `A` (16 × 16), `B` (16 × 8)
+/// and `C` by the module's table, and the warp's `D` must be `A · B + C` computed here, element by element.
+#[test]
+fn mma_m16n8k16_bf16_multiplies_the_fragments_the_table_lays_out() {
+    use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_bf16x2};
+    // Small integers: every product and sum is exact in f32, so any misplaced element shows.
+    let value = |i: usize| bf16::from_f32(((i * 37 + 11) % 19) as f32 - 9.0);
+    let a: Vec<bf16> = (0..16 * 16).map(value).collect();
+    let b: Vec<bf16> = (0..16 * 8).map(|i| value(i + 1000)).collect();
+    let c: Vec<f32> = (0..16 * 8).map(|i| (i % 7) as f32).collect();
+    let d: Vec<AtomicU32> = (0..16 * 8).map(|_| AtomicU32::new(f32::NAN.to_bits())).collect();
+    for order in ORDERS {
+        run_ok(1, [1, 1, 1], [32, 1, 1], 0, &|| {
+            hold(order);
+            let lane = lane_id() as usize;
+            let (g, t) = (lane / 4, lane % 4);
+            let a_pair = |row: usize, k: usize| pack_bf16x2(a[row * 16 + k].to_bits(), a[row * 16 + k + 1].to_bits());
+            let b_pair = |k: usize, col: usize| pack_bf16x2(b[k * 8 + col].to_bits(), b[(k + 1) * 8 + col].to_bits());
+            let frag_a = [a_pair(g, 2 * t), a_pair(g + 8, 2 * t), a_pair(g, 2 * t + 8), a_pair(g + 8, 2 * t + 8)];
+            let frag_b = [b_pair(2 * t, g), b_pair(2 * t + 8, g)];
+            let at = [g * 8 + 2 * t, g * 8 + 2 * t + 1, (g + 8) * 8 + 2 * t, (g + 8) * 8 + 2 * t + 1];
+            let out = mma_m16n8k16_bf16(frag_a, frag_b, at.map(|i| c[i]));
+            for (i, v) in at.into_iter().zip(out) {
+                d[i].store(v.to_bits(), Ordering::Relaxed);
+            }
+        });
+        for row in 0..16 {
+            for col in 0..8 {
+                let expected =
+                    c[row * 8 + col] + (0..16).map(|k| a[row * 16 + k].to_f32() * b[k * 8 + col].to_f32()).sum::<f32>();
+                let got = f32::from_bits(d[row * 8 + col].load(Ordering::Relaxed));
+                assert_eq!(got, expected, "{order:?}: D[{row}][{col}]");
+            }
+        }
+    }
+}
+
+#[test]
+fn mma_from_a_partial_warp_is_reported() {
+    let outcome = run(1, [1, 1, 1], [16, 1, 1], 0, TIMEOUT_NS, &|| {
+        ferrocomm_device::mma::mma_m16n8k16_bf16([0; 4], [0; 2], [0.0; 4]);
+    });
+    match &outcome[0].result {
+        Err(EmuError::Trapped { message, .. }) => assert!(message.contains("partial warp"), "{message}"),
+        other => panic!("expected a trapped launch, got {other:?}"),
     }
 }

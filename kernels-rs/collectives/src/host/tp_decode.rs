@@ -3,11 +3,11 @@
 
 use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
 use ferrocomm_device::bf16;
-use ferrocomm_device::reduce::{sum_across_block_bytes, sum_across_warps_bytes};
+use ferrocomm_device::reduce::sum_across_block_bytes;
 
 use super::{CommError, Communicator, Op};
-use crate::kernels::tp_decode::{self, TOKENS_PER_WARP};
-use crate::layout::{TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
+use crate::kernels::tp_decode;
+use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
 
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
@@ -34,7 +34,7 @@ impl TpShape {
 impl Communicator<'_> {
     /// The plan of `shape` on this team: its column tiles and enough row splits per tile for
     /// `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`), each split at
-    /// least one row per warp. A shape the kernels cannot run is an error saying why.
+    /// least one k-step (`TP_CHUNK_ROWS` rows). A shape the kernels cannot run is an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
         let world = self.world();
         let bad = |reason: String| Err(CommError::BadShape { shape: format!("{shape:?}"), reason });
@@ -49,7 +49,7 @@ impl Communicator<'_> {
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
         let target = (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize;
-        let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_WARPS));
+        let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_CHUNK_ROWS));
         Ok(TpPlan {
             tokens: shape.tokens as u64,
             hidden: shape.hidden as u64,
@@ -77,8 +77,7 @@ impl Communicator<'_> {
             return Err(CommError::LengthMismatch { what, expected, found: partials.len() });
         }
         let blocks = (plan.tiles * plan.splits) as u32;
-        let cfg = LaunchConfig::new(blocks, (TP_WARPS * 32) as u32)
-            .with_shared_bytes(sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS) as u32);
+        let cfg = LaunchConfig::new(blocks, (TP_WARPS * 32) as u32);
         Ok(tp_decode::tp_gemv::launch(self.team(), cfg, x, w, partials, plan)?)
     }
 }
@@ -225,8 +224,7 @@ impl TpDecode {
             TpVariant::Fused => {
                 let plan = self.fused;
                 check_operands(plan, x, w)?;
-                let shared = sum_across_warps_bytes(8 * TOKENS_PER_WARP, TP_WARPS)
-                    .max(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS));
+                let shared = sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS);
                 let cfg =
                     LaunchConfig::new((plan.tiles * plan.splits) as u32, threads).with_shared_bytes(shared as u32);
                 let (partials, gather, squares) = (&mut self.partials, &mut self.gather, &mut self.squares);

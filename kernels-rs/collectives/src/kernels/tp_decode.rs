@@ -7,162 +7,158 @@
 //! to the tile's owner as soon as it is done).
 //!
 //! Block `g` of the `tiles * splits` grid computes tile `g / splits` (columns `256t .. 256t + 256`) over the
-//! rows of split `g % splits`. Lane `l` of each warp owns 8 columns (one 16-byte vector of weights per row),
-//! so a warp reads 512 contiguous bytes of a row at a time, eight rows (one chunk) in flight. Each warp
-//! accumulates [`TOKENS_PER_WARP`] tokens: with up to four tokens the block's four warps take every fourth
-//! chunk of the split; with more, the warps split the tokens instead and take every second chunk (up to
-//! eight tokens) or every chunk (up to 16).
-//! Warps that share a row range read the same weights at about the same time, so those reads hit L1 and
-//! HBM still sees each weight once. The warps of a token group meet through shared memory
-//! (`sum_across_warps`) and the group's first warp stores the block's partial tile.
+//! rows of split `g % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
+//! every token at once (the tokens are the 16 rows of `mma.m16n8k16`'s `A`, padded with zeros), so each
+//! weight is read once by one warp, whatever the token count, and the warps never meet. A k-step is 16 rows
+//! of `w`: lane `(g, t)` loads the 16-byte vectors of its 8 columns `64w + 8g ..` on rows `2t, 2t + 1,
+//! 2t + 8, 2t + 9`, which pair up (`bf16x2`) into the `B` fragments of 8 products, one per column of the
+//! vector. [`STEPS_IN_FLIGHT`] k-steps' loads go out before their products.
 
 use ferrocomm_device::kernel;
 use ferrocomm_device::math::{fma, rsqrt};
+use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_bf16x2};
 use ferrocomm_device::prelude::*;
-use ferrocomm_device::reduce::{sum_across_block, sum_across_warps};
+use ferrocomm_device::reduce::sum_across_block;
 
 use crate::element::Element;
-use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
+use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, tp_pad};
 
-/// Tokens one warp accumulates: 4 × 8 `f32` per lane, which stay in registers.
-pub const TOKENS_PER_WARP: usize = 4;
+/// K-steps whose weight loads a warp issues before their products: 16 16-byte loads in flight per lane.
+pub const STEPS_IN_FLIGHT: usize = 4;
 
-/// `acc + x * row`, written out with one rounding per product and sum (`fma.rn.f32`): loops here were left
-/// rolled, which put the accumulators in local memory, and LLVM does not contract `a + x * r` itself.
-#[inline(always)]
-fn axpy8(acc: [f32; 8], x: f32, row: &[f32; 8]) -> [f32; 8] {
-    let [a0, a1, a2, a3, a4, a5, a6, a7] = acc;
-    let [r0, r1, r2, r3, r4, r5, r6, r7] = *row;
-    [
-        fma(x, r0, a0),
-        fma(x, r1, a1),
-        fma(x, r2, a2),
-        fma(x, r3, a3),
-        fma(x, r4, a4),
-        fma(x, r5, a5),
-        fma(x, r6, a6),
-        fma(x, r7, a7),
-    ]
-}
-
-/// Token slots of one warp (`first .. first + 4`, those below `tokens` real) and its share of the rows.
-#[derive(Debug, Clone, Copy)]
-struct WarpShare {
-    first: usize,
+/// What one warp of the GEMV computes: its 8 columns per lane, the tokens, and where `x` and `w` are.
+#[derive(Clone, Copy)]
+struct WarpGemv<'a> {
+    x: &'a [bf16],
+    w: Vectors,
     tokens: usize,
-    /// Rows `start + phase, start + phase + stride, ...` of the split.
-    phase: usize,
-    stride: usize,
+    hidden: usize,
+    k_local: usize,
+    /// The first of the lane's 8 columns (lane group `g`'s: `64w + 8g` of the tile).
+    col: usize,
+    /// The lane's place in its group (`t`): its rows of a k-step are `2t, 2t + 1, 2t + 8, 2t + 9`.
+    quad: usize,
+    /// The lane's group (`g`): its tokens in `A` are `g` and `g + 8`.
+    group: usize,
 }
 
-impl WarpShare {
-    /// Token `first + j`'s value of `x` at row `k` (zero past `tokens`).
+/// A k-step's `A` (tokens × 16 rows of `x`) and `B` (16 rows × the lane's 8 columns of `w`) fragments.
+type Step = ([u32; 4], [V16; 4]);
+
+impl WarpGemv<'_> {
+    /// The `bf16` bits of `x[token, k]`, zero past the tokens or past `end`.
     #[inline(always)]
-    fn x_at(&self, x: &[bf16], k_local: usize, k: usize, j: usize) -> f32 {
-        let t = self.first + j;
-        if t < self.tokens { x[t * k_local + k].to_f32() } else { 0.0 }
+    fn x_bits(&self, token: usize, k: usize, end: usize) -> u16 {
+        if token < self.tokens && k < end { self.x[token * self.k_local + k].to_bits() } else { 0 }
     }
 
-    /// Token `first + j`'s values of `x` at rows `k .. k + 8` (zero past `tokens`): one 16-byte load.
+    /// The k-step at row `k`: the `A` fragment (tokens `g`, `g + 8` at rows `k + 2t ..`, `k + 2t + 8 ..`) and the
+    /// lane's four weight vectors, rows at or past `end` (and columns past `hidden`) read as zero.
     #[inline(always)]
-    fn x_chunk(&self, x: Vectors, k_local: usize, k: usize, j: usize) -> [f32; 8] {
-        let t = self.first + j;
-        if t < self.tokens { <bf16 as Element>::unpack(x.sub((t * k_local + k) * 2, 16).load(0)) } else { [0.0; 8] }
+    fn load_step(&self, k: usize, end: usize) -> Step {
+        let (g, k0) = (self.group, k + 2 * self.quad);
+        let pair = |token: usize, k: usize| pack_bf16x2(self.x_bits(token, k, end), self.x_bits(token, k + 1, end));
+        let a = [pair(g, k0), pair(g + 8, k0), pair(g, k0 + 8), pair(g + 8, k0 + 8)];
+        let row = |k: usize| {
+            if k < end && self.col < self.hidden { self.w.load((k * self.hidden + self.col) / 8) } else { [0; 4] }
+        };
+        (a, [row(k0), row(k0 + 1), row(k0 + 8), row(k0 + 9)])
     }
 
-    /// `acc[j] += x[first + j, k] * row` for the warp's four token slots.
+    /// `acc[j] += A · B_j` for the 8 columns `j` of the lane's vectors: `B_j` pairs column `j` of rows `2t` and
+    /// `2t + 1` (and `2t + 8`, `2t + 9`) into `bf16x2` words.
     #[inline(always)]
-    fn multiply_row(&self, acc: [[f32; 8]; 4], row: &[f32; 8], x: &[bf16], k_local: usize, k: usize) -> [[f32; 8]; 4] {
-        let xj = |j| self.x_at(x, k_local, k, j);
-        let [a0, a1, a2, a3] = acc;
-        [axpy8(a0, xj(0), row), axpy8(a1, xj(1), row), axpy8(a2, xj(2), row), axpy8(a3, xj(3), row)]
+    fn multiply(acc: [[f32; 4]; 8], (a, rows): Step) -> [[f32; 4]; 8] {
+        let half = |v: V16, j: usize| (v[j / 2] >> (16 * (j % 2))) as u16;
+        let b = |j: usize| {
+            [pack_bf16x2(half(rows[0], j), half(rows[1], j)), pack_bf16x2(half(rows[2], j), half(rows[3], j))]
+        };
+        let [c0, c1, c2, c3, c4, c5, c6, c7] = acc;
+        [
+            mma_m16n8k16_bf16(a, b(0), c0),
+            mma_m16n8k16_bf16(a, b(1), c1),
+            mma_m16n8k16_bf16(a, b(2), c2),
+            mma_m16n8k16_bf16(a, b(3), c3),
+            mma_m16n8k16_bf16(a, b(4), c4),
+            mma_m16n8k16_bf16(a, b(5), c5),
+            mma_m16n8k16_bf16(a, b(6), c6),
+            mma_m16n8k16_bf16(a, b(7), c7),
+        ]
     }
 
-    /// [`multiply_row`](Self::multiply_row) for row `r` of a chunk whose `x` values are `xs`.
+    /// The warp's products over rows `start..end`: [`STEPS_IN_FLIGHT`] whole k-steps at a time, then the rest
+    /// one k-step at a time (the last masked past `end`). Every lane of the warp takes every step together:
+    /// `mma.sync` is warp-wide.
     #[inline(always)]
-    fn multiply_chunk_row(acc: [[f32; 8]; 4], row: V16, xs: &[[f32; 8]; 4], r: usize) -> [[f32; 8]; 4] {
-        let row = <bf16 as Element>::unpack(row);
-        let [a0, a1, a2, a3] = acc;
-        [axpy8(a0, xs[0][r], &row), axpy8(a1, xs[1][r], &row), axpy8(a2, xs[2][r], &row), axpy8(a3, xs[3][r], &row)]
+    fn products(&self, start: usize, end: usize) -> [[f32; 4]; 8] {
+        let mut acc = [[0.0f32; 4]; 8];
+        let mut k = start;
+        // Whole steps, written out (an array of steps, or a loop over one, stays rolled and lands in local
+        // memory); no row of them reaches `end`, so they load unmasked.
+        while k + STEPS_IN_FLIGHT * TP_CHUNK_ROWS <= end {
+            let s0 = self.load_step(k, usize::MAX);
+            let s1 = self.load_step(k + TP_CHUNK_ROWS, usize::MAX);
+            let s2 = self.load_step(k + 2 * TP_CHUNK_ROWS, usize::MAX);
+            let s3 = self.load_step(k + 3 * TP_CHUNK_ROWS, usize::MAX);
+            acc = Self::multiply(acc, s0);
+            acc = Self::multiply(acc, s1);
+            acc = Self::multiply(acc, s2);
+            acc = Self::multiply(acc, s3);
+            k += STEPS_IN_FLIGHT * TP_CHUNK_ROWS;
+        }
+        while k < end {
+            acc = Self::multiply(acc, self.load_step(k, end));
+            k += TP_CHUNK_ROWS;
+        }
+        acc
     }
 }
 
-/// Warps per token group for `tokens`: 4 (every warp on every token), 2 or 1.
+/// This warp's products for (`tile`, `split`) and the warp's view: lane `(g, t)` ends with, for token `g`
+/// (and `g + 8` in the last two), `acc[j] = [y[g][c], y[g][c + 8], y[g + 8][c], y[g + 8][c + 8]]`,
+/// `c = 64w + 16t + j` of the tile.
 #[inline(always)]
-fn warps_per_group(tokens: usize) -> usize {
-    match tokens.div_ceil(TOKENS_PER_WARP) {
-        0 | 1 => TP_WARPS,
-        2 => TP_WARPS / 2,
-        _ => 1,
-    }
-}
-
-/// This warp's sums for its token slots over its rows of (`tile`, `split`), then summed over the warps of
-/// its token group: the group's first warp returns the block's partial tile for those tokens.
-#[inline(always)]
-fn gemv_tile(x: &[bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -> ([[f32; 8]; 4], WarpShare) {
-    let (tokens, hidden, k_local) = (plan.tokens as usize, plan.hidden as usize, plan.k_local as usize);
-    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
-    let size = warps_per_group(tokens);
-    let share = WarpShare { first: warp / size * TOKENS_PER_WARP, tokens, phase: warp % size, stride: size };
-    let col = tile * TP_TILE_COLS + lane * 8;
+fn gemv_tile<'a>(x: &'a [bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -> ([[f32; 4]; 8], WarpGemv<'a>) {
+    let lane = lane_id() as usize;
+    let view = WarpGemv {
+        x,
+        w,
+        tokens: plan.tokens as usize,
+        hidden: plan.hidden as usize,
+        k_local: plan.k_local as usize,
+        col: tile * TP_TILE_COLS + warp_id() as usize * 64 + 8 * (lane / 4),
+        quad: lane % 4,
+        group: lane / 4,
+    };
     let (start, end) = plan.rows(split);
-    let mut acc = [[0.0f32; 8]; 4];
-    if col < hidden && share.first < tokens {
-        // Row `k`'s 8 weights of this lane: vector `(k * hidden + col) / 8` (`hidden` is a multiple of 8).
-        let weights = |k: usize| w.load((k * hidden + col) / 8);
-        let xv = Vectors::of(x);
-        // Whole chunks of 8 rows, chunk `phase, phase + stride, ...` of the split: the 8 weight loads go
-        // out before the products, and `x` comes as one 16-byte load per token.
-        let step = TP_CHUNK_ROWS * share.stride;
-        let mut k = start + TP_CHUNK_ROWS * share.phase;
-        while k + TP_CHUNK_ROWS <= end {
-            let (w0, w1, w2, w3) = (weights(k), weights(k + 1), weights(k + 2), weights(k + 3));
-            let (w4, w5, w6, w7) = (weights(k + 4), weights(k + 5), weights(k + 6), weights(k + 7));
-            let xs = [0, 1, 2, 3].map(|j| share.x_chunk(xv, k_local, k, j));
-            acc = WarpShare::multiply_chunk_row(acc, w0, &xs, 0);
-            acc = WarpShare::multiply_chunk_row(acc, w1, &xs, 1);
-            acc = WarpShare::multiply_chunk_row(acc, w2, &xs, 2);
-            acc = WarpShare::multiply_chunk_row(acc, w3, &xs, 3);
-            acc = WarpShare::multiply_chunk_row(acc, w4, &xs, 4);
-            acc = WarpShare::multiply_chunk_row(acc, w5, &xs, 5);
-            acc = WarpShare::multiply_chunk_row(acc, w6, &xs, 6);
-            acc = WarpShare::multiply_chunk_row(acc, w7, &xs, 7);
-            k += step;
-        }
-        // The split's last, partial chunk, row by row (only its first warp has one).
-        if k < end {
-            for k in k..end {
-                acc = share.multiply_row(acc, &<bf16 as Element>::unpack(weights(k)), x, k_local, k);
-            }
-        }
-    }
-    (sum_across_warps(acc, TP_WARPS / size), share)
+    (view.products(start, end), view)
 }
 
-/// Stores a group's partial tile from its first warp: token `t`'s 8 columns of lane `l` at
-/// `plan.partial(tile, split) + t * 256 + 8l` of `out` (two 16-byte vectors of `f32`).
+/// Stores a warp's products (see [`gemv_tile`]) into the partial tile: token `j`'s columns at
+/// `plan.partial(tile, split) + j * 256 + c` of `out`, 16 columns (four vectors of `f32`) per lane and token.
 #[inline(always)]
-fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, sums: &[[f32; 8]; 4], share: &WarpShare) {
-    let col = tile * TP_TILE_COLS + lane_id() as usize * 8;
-    if share.phase != 0 || col >= plan.hidden as usize {
-        return;
-    }
-    let base = plan.partial(tile, split) + lane_id() as usize * 8;
-    for (j, s) in sums.iter().enumerate() {
-        let t = share.first + j;
-        if t < share.tokens {
-            let at = (base + t * TP_TILE_COLS) / 4;
-            out.store(at, [s[0].to_bits(), s[1].to_bits(), s[2].to_bits(), s[3].to_bits()]);
-            out.store(at + 1, [s[4].to_bits(), s[5].to_bits(), s[6].to_bits(), s[7].to_bits()]);
+fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[[f32; 4]; 8], view: &WarpGemv<'_>) {
+    let first = warp_id() as usize * 64 + 16 * view.quad;
+    // Element `e` of every `acc[j]`: token `token`, columns `first + 8n + j`. Four calls, not a loop: a rolled
+    // loop indexes `acc` at run time, which puts it in local memory.
+    let store = |token: usize, e: usize, n: usize| {
+        let c = first + 8 * n;
+        if token < view.tokens && tile * TP_TILE_COLS + c < view.hidden {
+            let at = (plan.partial(tile, split) + token * TP_TILE_COLS + c) / 4;
+            let v = |j: usize| acc[j][e].to_bits();
+            out.store(at, [v(0), v(1), v(2), v(3)]);
+            out.store(at + 1, [v(4), v(5), v(6), v(7)]);
         }
-    }
+    };
+    store(view.group, 0, 0);
+    store(view.group, 1, 1);
+    store(view.group + 8, 2, 0);
+    store(view.group + 8, 3, 1);
 }
 
 /// This rank's split-K partial sums of `x · w` (see the module documentation) into `partials`
 /// (`plan.partials_len()` `f32`s, `[tile][split][token][256]`; columns past `hidden` are left alone).
-/// Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
-/// `sum_across_warps_bytes(32, TP_WARPS)` bytes of dynamic shared memory.
+/// Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps.
 #[kernel(
     no_wait,
     requires(
@@ -174,8 +170,8 @@ fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, sums: &
 pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
     let splits = plan.splits as usize;
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
-    let (sums, share) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
-    store_tile(VectorsMut::of(partials), &plan, tile, split, &sums, &share);
+    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    store_tile(VectorsMut::of(partials), &plan, tile, split, &acc, &view);
 }
 
 /// What the epilogue of a decode step reads and writes besides the partial sums: the residual and the
@@ -342,7 +338,7 @@ pub fn tp_reduce_norm(
 /// then adds one to the owner's `arrived(tile)`; the owner's split-0 block of each tile waits for all of them,
 /// reduces the tile with the residual, gathers it to every rank, and every block then normalises its share of
 /// `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
-/// `sum_across_warps_bytes(32, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
 #[kernel(requires(
     len(w) == plan.k_local * plan.hidden,
     len(x) >= plan.tokens * plan.k_local,
@@ -372,10 +368,10 @@ pub fn tp_fused(
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
     let owner = session.channel((tile % world) as u32);
     let region = plan.partials_len();
-    let (sums, share) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
     // This rank's region of the owner's partials, which the owner reads only after every block's add below.
     let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
-    store_tile(to, &plan, tile, split, &sums, &share);
+    store_tile(to, &plan, tile, split, &acc, &view);
     sync_threads();
     if thread_rank() == 0 {
         owner.signal(tp_pad::arrived(tile)).add_release(1);
