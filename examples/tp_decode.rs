@@ -33,6 +33,9 @@ struct Args {
     /// GEMV the whole GPU.
     #[arg(long)]
     world: Option<usize>,
+    /// Time the GEMV alone (for tuning it: `FERROCOMM_TUNING=tp_blocks_per_sm=8`).
+    #[arg(long, conflicts_with = "out")]
+    gemv_only: bool,
     /// Also write the report (README.md, data.csv) into this folder.
     #[arg(long)]
     out: Option<std::path::PathBuf>,
@@ -59,6 +62,9 @@ fn run(args: &Args) -> Result<(), ExampleError> {
             let seed = i as u64;
             let g = gemv(&mut comm, shape, runs, seed)?;
             println!("GEMV alone        {}", g.line());
+            if args.gemv_only {
+                continue;
+            }
             let all_reduce = all_reduce_alone(&mut comm, shape, runs, seed)?;
             println!("all-reduce alone  {} x {} bf16: {:>10.2} us   verified", tokens, h, all_reduce.median_us());
             let mut steps = Vec::new();

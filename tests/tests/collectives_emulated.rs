@@ -423,7 +423,9 @@ fn tensor_parallel_gemv_shapes() {
     for world in [2, 4] {
         let team = team(world);
         let mut comm = Communicator::new(&team).unwrap();
-        // One partial tile, a tile and a half, tokens on both sides of each unrolled count, odd shard rows.
+        // One partial tile, a tile and a half, tokens on both sides of the 8 rows of an `A` half, odd shard
+        // rows; one whole 64-row iteration, one with `x` rows not 16-byte aligned, and several splits of
+        // whole iterations with a partial last one.
         for (i, (tokens, hidden, k)) in [
             (1, 8, 4 * world),
             (1, 64, 24 * world),
@@ -431,6 +433,8 @@ fn tensor_parallel_gemv_shapes() {
             (5, 40, 7 * world),
             (16, 520, 9 * world),
             (9, 64, 64 * world),
+            (2, 72, 67 * world),
+            (4, 64, 200 * world),
         ]
         .into_iter()
         .enumerate()

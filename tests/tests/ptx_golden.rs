@@ -290,6 +290,8 @@ golden! {
     f16_add: "golden_f16_add" => ["add.rn.f16 %rs, %rs, %rs;"];
     rsqrt: "golden_rsqrt" => ["rsqrt.approx.f32 %r, %r;"];
     fma: "golden_fma" => ["fma.rn.f32 %r, %r, %r, %r;"];
+    pack_low_halves: "golden_pack_low_halves" => ["prmt.b32 %r, %r, %r, 0x5410;"];
+    pack_high_halves: "golden_pack_high_halves" => ["prmt.b32 %r, %r, %r, 0x7632;"];
     mma_bf16: "golden_mma_bf16" => [
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%r, %r, %r, %r}, {%r, %r, %r, %r}, {%r, %r}, {%r, %r, %r, %r};",
     ];

@@ -218,9 +218,12 @@ macro_rules! plain_param {
 pub const TP_TILE_COLS: usize = 256;
 /// Warps per block of the tensor-parallel GEMV; warp `w` takes the tile's columns `64w .. 64w + 64`.
 pub const TP_WARPS: usize = 4;
-/// Rows of `w` in one k-step of the tensor-parallel GEMV: the `k` of `mma.m16n8k16`. Splits hold whole
-/// k-steps (but the last).
+/// Rows of `w` in one k-step of the tensor-parallel GEMV: the `k` of `mma.m16n8k16`.
 pub const TP_CHUNK_ROWS: usize = 16;
+/// Rows of `w` one iteration of a warp of the tensor-parallel GEMV loads before it multiplies them: four
+/// k-steps; lane `(g, t)` holds rows `16t .. 16t + 16` of them (16 16-byte loads in flight per lane). Splits
+/// hold whole iterations (but the last).
+pub const TP_ITERATION_ROWS: usize = 4 * TP_CHUNK_ROWS;
 /// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
 pub const TP_MAX_TOKENS: usize = 16;
 
@@ -277,11 +280,11 @@ impl TpPlan {
         self.partial(self.tiles as usize, 0)
     }
 
-    /// This split's rows: `start..end` of `k_local`, in whole chunks of [`TP_CHUNK_ROWS`] (the last split
+    /// This split's rows: `start..end` of `k_local`, in whole iterations of [`TP_ITERATION_ROWS`] (the last split
     /// may hold fewer, or none).
     #[inline(always)]
     pub const fn rows(&self, split: usize) -> (usize, usize) {
-        let per = (self.k_local as usize).div_ceil(self.splits as usize).next_multiple_of(TP_CHUNK_ROWS);
+        let per = (self.k_local as usize).div_ceil(self.splits as usize).next_multiple_of(TP_ITERATION_ROWS);
         let start = split * per;
         let end = start + per;
         let k = self.k_local as usize;

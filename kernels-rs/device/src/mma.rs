@@ -22,6 +22,46 @@ pub fn pack_bf16x2(lo: u16, hi: u16) -> u32 {
     u32::from(lo) | u32::from(hi) << 16
 }
 
+/// The low halves of `a` and `b` as one `bf16x2` word, `a`'s low (`prmt.b32` selector `0x5410`): column `2i`
+/// of two rows' vectors, paired into a `B` fragment.
+#[inline(always)]
+pub fn pack_low_halves(a: u32, b: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: u32;
+        // SAFETY: arithmetic on registers only.
+        unsafe {
+            asm!("prmt.b32 {r}, {a}, {b}, 0x5410;", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+                options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        (a & 0xffff) | b << 16
+    }
+}
+
+/// The high halves of `a` and `b` as one `bf16x2` word, `a`'s low (`prmt.b32` selector `0x7632`): column
+/// `2i + 1` of two rows' vectors, paired into a `B` fragment.
+#[inline(always)]
+pub fn pack_high_halves(a: u32, b: u32) -> u32 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let r: u32;
+        // SAFETY: arithmetic on registers only.
+        unsafe {
+            asm!("prmt.b32 {r}, {a}, {b}, 0x7632;", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+                options(pure, nomem, nostack))
+        };
+        r
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        a >> 16 | (b & 0xffff_0000)
+    }
+}
+
 /// `D = A · B + C` for one warp: `mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32` (sm_80+), with the
 /// fragments of the module's table. Products are exact and sums are kept in `f32`.
 ///

@@ -128,6 +128,30 @@ impl Vectors {
     }
 }
 
+impl Vectors {
+    /// Vectors `first, first + stride, ..., first + (N - 1) * stride` — a column of a row-major matrix of
+    /// vectors, say — with one bounds check for all `N` rather than one each. Every one must lie wholly in
+    /// the range (panics otherwise). On a 16-byte aligned range they are `N` `ld.global.v4.b32`, issued
+    /// back to back; elsewhere each is [`Vectors::load`].
+    #[inline(always)]
+    #[track_caller]
+    pub fn load_strided<const N: usize>(&self, first: usize, stride: usize) -> [V16; N] {
+        let last = first + N.saturating_sub(1) * stride;
+        assert!(N == 0 || (last + 1) * VECTOR_BYTES <= self.len, "strided vectors out of bounds");
+        if !self.base.addr().is_multiple_of(VECTOR_BYTES) {
+            return core::array::from_fn(|i| self.load(first + i * stride));
+        }
+        core::array::from_fn(|i| {
+            let p = self.base.byte_add((first + i * stride) * VECTOR_BYTES);
+            #[cfg(not(target_arch = "nvptx64"))]
+            track_read(p, VECTOR_BYTES);
+            // SAFETY: a whole, aligned vector inside the range (checked above), live global memory (the
+            // handle's contract).
+            unsafe { p.ld_v4() }
+        })
+    }
+}
+
 impl VectorsMut {
     /// The vectors of a kernel's local output (writes to it are not puts).
     #[inline(always)]

@@ -113,6 +113,18 @@ pub unsafe extern "ptx-kernel" fn golden_mma_bf16(a: *const [u32; 4], b: *const 
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_pack_low_halves(a: u32, b: u32, out: *mut u32) {
+    // SAFETY: the launch passes a valid pointer.
+    unsafe { *out = ferrocomm_device::mma::pack_low_halves(a, b) };
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_pack_high_halves(a: u32, b: u32, out: *mut u32) {
+    // SAFETY: the launch passes a valid pointer.
+    unsafe { *out = ferrocomm_device::mma::pack_high_halves(a, b) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_fma(a: f32, b: f32, c: f32, out: *mut f32) {
     // SAFETY: the launch passes a valid pointer.
     unsafe { *out = ferrocomm_device::math::fma(a, b, c) };

@@ -7,7 +7,7 @@ use ferrocomm_device::reduce::sum_across_block_bytes;
 
 use super::{CommError, Communicator, Op};
 use crate::kernels::tp_decode;
-use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
+use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
 
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
@@ -34,7 +34,7 @@ impl TpShape {
 impl Communicator<'_> {
     /// The plan of `shape` on this team: its column tiles and enough row splits per tile for
     /// `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`), each split at
-    /// least one k-step (`TP_CHUNK_ROWS` rows). A shape the kernels cannot run is an error saying why.
+    /// least one iteration (`TP_ITERATION_ROWS` rows). A shape the kernels cannot run is an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
         let world = self.world();
         let bad = |reason: String| Err(CommError::BadShape { shape: format!("{shape:?}"), reason });
@@ -49,7 +49,7 @@ impl Communicator<'_> {
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
         let target = (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize;
-        let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_CHUNK_ROWS));
+        let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
         Ok(TpPlan {
             tokens: shape.tokens as u64,
             hidden: shape.hidden as u64,

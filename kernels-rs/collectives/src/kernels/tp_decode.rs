@@ -9,69 +9,116 @@
 //! Block `g` of the `tiles * splits` grid computes tile `g / splits` (columns `256t .. 256t + 256`) over the
 //! rows of split `g % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
 //! every token at once (the tokens are the 16 rows of `mma.m16n8k16`'s `A`, padded with zeros), so each
-//! weight is read once by one warp, whatever the token count, and the warps never meet. A k-step is 16 rows
-//! of `w`: lane `(g, t)` loads the 16-byte vectors of its 8 columns `64w + 8g ..` on rows `2t, 2t + 1,
-//! 2t + 8, 2t + 9`, which pair up (`bf16x2`) into the `B` fragments of 8 products, one per column of the
-//! vector. [`STEPS_IN_FLIGHT`] k-steps' loads go out before their products.
+//! weight is read once by one warp, whatever the token count, and the warps never meet.
+//!
+//! A warp takes [`TP_ITERATION_ROWS`] (64) rows of `w` at a time. Lane `(g, t)` holds the 16-byte vectors of
+//! its 8 columns `64w + 8g ..` on the 16 consecutive rows `16t .. 16t + 16` of them (16 loads in flight,
+//! one bounds check), and `x` of tokens `g` and `g + 8` on the same rows (two 16-byte loads each). The
+//! sum over a k-step's 16 rows does not care which row sits in which `k` slot, so k-step `s` gives lane
+//! `t`'s slots `2t, 2t + 1, 2t + 8, 2t + 9` its rows `4s .. 4s + 4`: the `A` fragments are `x`'s words as
+//! loaded, and each `B` fragment is one `prmt` of two rows' words.
 
 use ferrocomm_device::kernel;
 use ferrocomm_device::math::{fma, rsqrt};
-use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_bf16x2};
+use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_high_halves, pack_low_halves};
 use ferrocomm_device::prelude::*;
 use ferrocomm_device::reduce::sum_across_block;
 
 use crate::element::Element;
-use crate::layout::{TP_CHUNK_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, tp_pad};
+use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, tp_pad};
 
-/// K-steps whose weight loads a warp issues before their products: 16 16-byte loads in flight per lane.
-pub const STEPS_IN_FLIGHT: usize = 4;
+/// Rows of one iteration that one lane holds: `16t .. 16t + 16` for lane `(g, t)`.
+const LANE_ROWS: usize = TP_ITERATION_ROWS / 4;
 
 /// What one warp of the GEMV computes: its 8 columns per lane, the tokens, and where `x` and `w` are.
 #[derive(Clone, Copy)]
-struct WarpGemv<'a> {
-    x: &'a [bf16],
+struct WarpGemv {
+    x: Vectors,
     w: Vectors,
     tokens: usize,
     hidden: usize,
     k_local: usize,
     /// The first of the lane's 8 columns (lane group `g`'s: `64w + 8g` of the tile).
     col: usize,
-    /// The lane's place in its group (`t`): its rows of a k-step are `2t, 2t + 1, 2t + 8, 2t + 9`.
+    /// The lane's place in its group (`t`): its rows of an iteration are `16t .. 16t + 16`.
     quad: usize,
     /// The lane's group (`g`): its tokens in `A` are `g` and `g + 8`.
     group: usize,
 }
 
-/// A k-step's `A` (tokens × 16 rows of `x`) and `B` (16 rows × the lane's 8 columns of `w`) fragments.
-type Step = ([u32; 4], [V16; 4]);
+/// One lane's operands of one iteration: `x` of tokens `g` and `g + 8` on its 16 rows (`bf16x2` words:
+/// word `i` holds rows `2i, 2i + 1`), and its 16 rows of 8 weights.
+struct Operands {
+    x_lo: [u32; 8],
+    x_hi: [u32; 8],
+    w: [V16; LANE_ROWS],
+}
 
-impl WarpGemv<'_> {
-    /// The `bf16` bits of `x[token, k]`, zero past the tokens or past `end`.
+impl WarpGemv {
+    /// Token `token`'s `x` on the lane's 16 rows from `k` (8 words), zero for a token past the last; `whole`:
+    /// all 16 rows exist (else those past `k_local` read as zero).
     #[inline(always)]
-    fn x_bits(&self, token: usize, k: usize, end: usize) -> u16 {
-        if token < self.tokens && k < end { self.x[token * self.k_local + k].to_bits() } else { 0 }
+    fn x_words(&self, token: usize, k: usize, whole: bool) -> [u32; 8] {
+        if token >= self.tokens {
+            return [0; 8];
+        }
+        let row = self.x.sub(token * self.k_local * 2, self.k_local * 2);
+        let part = |v: usize| if v < row.vectors() { row.load(v) } else { [0; 4] };
+        let [a, b] = if whole { row.load_strided::<2>(k / 8, 1) } else { [part(k / 8), part(k / 8 + 1)] };
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
     }
 
-    /// The k-step at row `k`: the `A` fragment (tokens `g`, `g + 8` at rows `k + 2t ..`, `k + 2t + 8 ..`) and the
-    /// lane's four weight vectors, rows at or past `end` (and columns past `hidden`) read as zero.
+    /// The lane's operands of the whole iteration at row `k` (every row below the split's end).
     #[inline(always)]
-    fn load_step(&self, k: usize, end: usize) -> Step {
-        let (g, k0) = (self.group, k + 2 * self.quad);
-        let pair = |token: usize, k: usize| pack_bf16x2(self.x_bits(token, k, end), self.x_bits(token, k + 1, end));
-        let a = [pair(g, k0), pair(g + 8, k0), pair(g, k0 + 8), pair(g + 8, k0 + 8)];
-        let row = |k: usize| {
-            if k < end && self.col < self.hidden { self.w.load((k * self.hidden + self.col) / 8) } else { [0; 4] }
+    fn load(&self, k: usize) -> Operands {
+        let k = k + LANE_ROWS * self.quad;
+        let w = if self.col < self.hidden {
+            self.w.load_strided::<LANE_ROWS>((k * self.hidden + self.col) / 8, self.hidden / 8)
+        } else {
+            [[0; 4]; LANE_ROWS]
         };
-        (a, [row(k0), row(k0 + 1), row(k0 + 8), row(k0 + 9)])
+        Operands { x_lo: self.x_words(self.group, k, true), x_hi: self.x_words(self.group + 8, k, true), w }
     }
 
-    /// `acc[j] += A · B_j` for the 8 columns `j` of the lane's vectors: `B_j` pairs column `j` of rows `2t` and
-    /// `2t + 1` (and `2t + 8`, `2t + 9`) into `bf16x2` words.
+    /// [`load`](Self::load) for the split's last, partial iteration: rows at or past `end` read as zero
+    /// (both `x` and `w`, so no row of the next split counts).
     #[inline(always)]
-    fn multiply(acc: [[f32; 4]; 8], (a, rows): Step) -> [[f32; 4]; 8] {
-        let half = |v: V16, j: usize| (v[j / 2] >> (16 * (j % 2))) as u16;
+    fn load_masked(&self, k: usize, end: usize) -> Operands {
+        let k = k + LANE_ROWS * self.quad;
+        let live = |r: usize| k + r < end;
+        let w = core::array::from_fn(|r| {
+            if live(r) && self.col < self.hidden { self.w.load(((k + r) * self.hidden + self.col) / 8) } else { [0; 4] }
+        });
+        // Word `i` holds rows `2i` (low half) and `2i + 1`.
+        let mask = |words: [u32; 8]| {
+            core::array::from_fn(|i| {
+                let lo = if live(2 * i) { words[i] & 0xffff } else { 0 };
+                let hi = if live(2 * i + 1) { words[i] & 0xffff_0000 } else { 0 };
+                lo | hi
+            })
+        };
+        let (x_lo, x_hi) = if k < end {
+            (mask(self.x_words(self.group, k, false)), mask(self.x_words(self.group + 8, k, false)))
+        } else {
+            ([0; 8], [0; 8])
+        };
+        Operands { x_lo, x_hi, w }
+    }
+
+    /// K-step `s` of an iteration: `acc[j] += A_s · B_sj` for the 8 columns `j` of the lane's vectors, where
+    /// the lane's `k` slots hold its rows `4s .. 4s + 4`.
+    #[inline(always)]
+    fn step(acc: [[f32; 4]; 8], op: &Operands, s: usize) -> [[f32; 4]; 8] {
+        let a = [op.x_lo[2 * s], op.x_hi[2 * s], op.x_lo[2 * s + 1], op.x_hi[2 * s + 1]];
+        let (r0, r1, r2, r3) = (op.w[4 * s], op.w[4 * s + 1], op.w[4 * s + 2], op.w[4 * s + 3]);
+        // Column `j` of the vectors: word `j / 2`, its low half for even `j`.
         let b = |j: usize| {
-            [pack_bf16x2(half(rows[0], j), half(rows[1], j)), pack_bf16x2(half(rows[2], j), half(rows[3], j))]
+            let i = j / 2;
+            if j % 2 == 0 {
+                [pack_low_halves(r0[i], r1[i]), pack_low_halves(r2[i], r3[i])]
+            } else {
+                [pack_high_halves(r0[i], r1[i]), pack_high_halves(r2[i], r3[i])]
+            }
         };
         let [c0, c1, c2, c3, c4, c5, c6, c7] = acc;
         [
@@ -86,29 +133,28 @@ impl WarpGemv<'_> {
         ]
     }
 
-    /// The warp's products over rows `start..end`: [`STEPS_IN_FLIGHT`] whole k-steps at a time, then the rest
-    /// one k-step at a time (the last masked past `end`). Every lane of the warp takes every step together:
-    /// `mma.sync` is warp-wide.
+    /// The four k-steps of an iteration, written out: a loop over them stays rolled and puts the operands
+    /// in local memory.
+    #[inline(always)]
+    fn multiply(acc: [[f32; 4]; 8], op: &Operands) -> [[f32; 4]; 8] {
+        let acc = Self::step(acc, op, 0);
+        let acc = Self::step(acc, op, 1);
+        let acc = Self::step(acc, op, 2);
+        Self::step(acc, op, 3)
+    }
+
+    /// The warp's products over rows `start..end`: whole iterations, then one masked one for the rest.
+    /// Every lane takes every step together: `mma.sync` is warp-wide.
     #[inline(always)]
     fn products(&self, start: usize, end: usize) -> [[f32; 4]; 8] {
         let mut acc = [[0.0f32; 4]; 8];
         let mut k = start;
-        // Whole steps, written out (an array of steps, or a loop over one, stays rolled and lands in local
-        // memory); no row of them reaches `end`, so they load unmasked.
-        while k + STEPS_IN_FLIGHT * TP_CHUNK_ROWS <= end {
-            let s0 = self.load_step(k, usize::MAX);
-            let s1 = self.load_step(k + TP_CHUNK_ROWS, usize::MAX);
-            let s2 = self.load_step(k + 2 * TP_CHUNK_ROWS, usize::MAX);
-            let s3 = self.load_step(k + 3 * TP_CHUNK_ROWS, usize::MAX);
-            acc = Self::multiply(acc, s0);
-            acc = Self::multiply(acc, s1);
-            acc = Self::multiply(acc, s2);
-            acc = Self::multiply(acc, s3);
-            k += STEPS_IN_FLIGHT * TP_CHUNK_ROWS;
+        while k + TP_ITERATION_ROWS <= end {
+            acc = Self::multiply(acc, &self.load(k));
+            k += TP_ITERATION_ROWS;
         }
-        while k < end {
-            acc = Self::multiply(acc, self.load_step(k, end));
-            k += TP_CHUNK_ROWS;
+        if k < end {
+            acc = Self::multiply(acc, &self.load_masked(k, end));
         }
         acc
     }
@@ -118,10 +164,10 @@ impl WarpGemv<'_> {
 /// (and `g + 8` in the last two), `acc[j] = [y[g][c], y[g][c + 8], y[g + 8][c], y[g + 8][c + 8]]`,
 /// `c = 64w + 16t + j` of the tile.
 #[inline(always)]
-fn gemv_tile<'a>(x: &'a [bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -> ([[f32; 4]; 8], WarpGemv<'a>) {
+fn gemv_tile(x: &[bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -> ([[f32; 4]; 8], WarpGemv) {
     let lane = lane_id() as usize;
     let view = WarpGemv {
-        x,
+        x: Vectors::of(x),
         w,
         tokens: plan.tokens as usize,
         hidden: plan.hidden as usize,
@@ -137,7 +183,7 @@ fn gemv_tile<'a>(x: &'a [bf16], w: Vectors, plan: &TpPlan, tile: usize, split: u
 /// Stores a warp's products (see [`gemv_tile`]) into the partial tile: token `j`'s columns at
 /// `plan.partial(tile, split) + j * 256 + c` of `out`, 16 columns (four vectors of `f32`) per lane and token.
 #[inline(always)]
-fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[[f32; 4]; 8], view: &WarpGemv<'_>) {
+fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[[f32; 4]; 8], view: &WarpGemv) {
     let first = warp_id() as usize * 64 + 16 * view.quad;
     // Element `e` of every `acc[j]`: token `token`, columns `first + 8n + j`. Four calls, not a loop: a rolled
     // loop indexes `acc` at run time, which puts it in local memory.
