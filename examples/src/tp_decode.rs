@@ -25,6 +25,8 @@ pub struct GemvResult {
     pub timing: Timing,
     /// Whether it ran on GPUs (an emulated time says nothing about HBM).
     pub on_gpus: bool,
+    /// The GPU's peak memory bandwidth (GB/s, from its memory clock and bus width), on GPUs.
+    pub hbm_peak_gbps: Option<f64>,
 }
 
 impl GemvResult {
@@ -33,10 +35,19 @@ impl GemvResult {
         self.timing.rate(self.weight_bytes * self.ranks_per_gpu) / 1e9
     }
 
-    /// One line: `tokens 1  hidden 8192  k 8192: 17.10 us  HBM 3920 GB/s  verified`.
+    /// The measured bandwidth as a share of the GPU's peak, in percent.
+    pub fn hbm_percent(&self) -> Option<f64> {
+        self.hbm_peak_gbps.filter(|_| self.on_gpus).map(|peak| 100.0 * self.hbm_gbps() / peak)
+    }
+
+    /// One line: `tokens 1  hidden 8192  k 8192: 35.07 us  HBM 3827 GB/s = 78% of 4916  verified`.
     pub fn line(&self) -> String {
         let hbm = if self.on_gpus {
-            format!("HBM {:>6.0} GB/s ({} rank(s) per GPU)", self.hbm_gbps(), self.ranks_per_gpu)
+            let share = match (self.hbm_percent(), self.hbm_peak_gbps) {
+                (Some(pct), Some(peak)) => format!(" = {pct:.0}% of {peak:.0}"),
+                _ => String::new(),
+            };
+            format!("HBM {:>6.0} GB/s{share} ({} rank(s) per GPU)", self.hbm_gbps(), self.ranks_per_gpu)
         } else {
             "(emulated: no HBM figure)".to_owned()
         };
@@ -74,7 +85,13 @@ pub fn gemv(
     let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
     let ranks_per_gpu = crate::team::ranks_per_gpu(team);
     let on_gpus = team.backend() == ferrocomm::Backend::Cuda;
-    Ok(GemvResult { shape, ranks_per_gpu, weight_bytes: w.len() * size_of::<bf16>(), timing, on_gpus })
+    let hbm_peak_gbps = team.ranks().find_map(|rank| match rank.device() {
+        ferrocomm::Device::Cuda { ordinal } => {
+            ferrocomm::system::gpu(ordinal).ok().map(|gpu| gpu.memory_peak_bytes_per_s as f64 / 1e9)
+        }
+        ferrocomm::Device::Emulated { .. } => None,
+    });
+    Ok(GemvResult { shape, ranks_per_gpu, weight_bytes: w.len() * size_of::<bf16>(), timing, on_gpus, hbm_peak_gbps })
 }
 
 /// One decode step of one shape by one variant: verified, and how long a step took.
@@ -185,15 +202,16 @@ pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeRepo
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
         _ => "–".to_owned(),
     };
-    out += "| tokens | H = K | GEMV alone µs | GEMV HBM GB/s | all-reduce alone µs | ThreeKernels µs | TwoKernels µs \
-            | Fused µs | Fused vs TwoKernels | Fused vs ThreeKernels |\n";
-    out += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    out += "| tokens | H = K | GEMV alone µs | GEMV HBM GB/s | of HBM peak | all-reduce alone µs | ThreeKernels µs \
+            | TwoKernels µs | Fused µs | Fused vs TwoKernels | Fused vs ThreeKernels |\n";
+    out += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for s in shapes {
         let us = |v| s.step_us(v).map_or("–".to_owned(), |u| format!("{u:.2}"));
         let fused = s.step_us(TpVariant::Fused);
         let hbm = if s.gemv.on_gpus { format!("{:.0}", s.gemv.hbm_gbps()) } else { "–".to_owned() };
+        let share = s.gemv.hbm_percent().map_or("–".to_owned(), |p| format!("{p:.0}%"));
         out += &format!(
-            "| {} | {} | {:.2} | {hbm} | {:.2} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.2} | {hbm} | {share} | {:.2} | {} | {} | {} | {} | {} |\n",
             s.gemv.shape.tokens,
             s.gemv.shape.hidden,
             s.gemv.timing.median_us(),
@@ -213,21 +231,25 @@ pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeRepo
             - Times: the median over graph replays of (replay time / steps per replay), host-timed from launch to \
             completion, the launch cost spread over the graph's steps. *Fused vs X*: X's time over Fused's (above 1, \
             Fused is faster).\n\
-            - GEMV HBM GB/s: the weight bytes of every rank on the GPU over the GEMV's time (each weight is read once).\n";
+            - GEMV HBM GB/s: the weight bytes of every rank on the GPU over the GEMV's time (each weight is read once); \
+            *of HBM peak*: that over the GPU's peak, twice its memory clock times its bus width as the driver reports \
+            them.\n";
     out
 }
 
 /// The report's data, one CSV line per shape (times in µs; empty where not measured, and the HBM figure
 /// off the GPU).
 pub fn report_csv(shapes: &[ShapeReport]) -> String {
-    let mut out =
-        String::from("tokens,hidden,k,gemv_us,gemv_hbm_gbps,all_reduce_us,three_kernels_us,two_kernels_us,fused_us\n");
+    let mut out = String::from(
+        "tokens,hidden,k,gemv_us,gemv_hbm_gbps,hbm_peak_gbps,all_reduce_us,three_kernels_us,two_kernels_us,fused_us\n",
+    );
     for s in shapes {
         let us = |v| s.step_us(v).map_or(String::new(), |u| format!("{u:.3}"));
         let shape = s.gemv.shape;
         let hbm = if s.gemv.on_gpus { format!("{:.1}", s.gemv.hbm_gbps()) } else { String::new() };
+        let peak = s.gemv.hbm_peak_gbps.map_or(String::new(), |p| format!("{p:.1}"));
         out += &format!(
-            "{},{},{},{:.3},{hbm},{:.3},{},{},{}\n",
+            "{},{},{},{:.3},{hbm},{peak},{:.3},{},{},{}\n",
             shape.tokens,
             shape.hidden,
             shape.k,

@@ -445,6 +445,26 @@ fn tensor_parallel_gemv_shapes() {
 }
 
 #[test]
+fn a_launch_past_the_gemvs_launch_bounds_is_refused() {
+    use ferrocomm::{Error, LaunchConfig, SymBuffer};
+    use ferrocomm_kernels::TpShape;
+    use ferrocomm_kernels::kernels::tp_decode::tp_gemv;
+    let team = team(2);
+    let comm = Communicator::new(&team).unwrap();
+    let plan = comm.tp_plan(TpShape { tokens: 1, hidden: 8, k: 8 }).unwrap();
+    let x = SymBuffer::<bf16>::new(&team, (plan.tokens * plan.k_local) as usize).unwrap();
+    let w = SymBuffer::<bf16>::new(&team, (plan.k_local * plan.hidden) as usize).unwrap();
+    let mut partials = SymBuffer::<f32>::new(&team, plan.partials_len()).unwrap();
+    let cfg = LaunchConfig::new(1, 256);
+    match tp_gemv::launch(&team, cfg, &x, &w, &mut partials, plan).map(|g| g.wait()) {
+        Err(Error::BadLaunchConfig { kernel: "tp_gemv", reason }) => {
+            assert!(reason.contains("256 threads per block") && reason.contains("at most 128"), "{reason}")
+        }
+        other => panic!("expected BadLaunchConfig, got {other:?}"),
+    }
+}
+
+#[test]
 fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
     use ferrocomm_kernels::{CommError, TpShape};
     let team = team(2);

@@ -44,6 +44,16 @@ pub unsafe fn unchecked(out: &mut [u64], i: usize, table: SymSlice<u64>) {
 
 #[kernel(no_wait)]
 pub fn nothing() {}
+
+#[kernel(no_wait, launch_bounds(128, 3))]
+pub fn bounded(out: &mut [u32]) {
+    out[0] = 1;
+}
+
+#[kernel(no_wait, launch_bounds(256), instances(bounded_u32<u32>, bounded_u64<u64>))]
+pub fn bounded_generic<T: DeviceCopy + Default>(out: &mut [T]) {
+    out[0] = T::default();
+}
 "#;
 
 /// The `.param` declarations of entry `name`, in order.
@@ -87,7 +97,23 @@ fn kernel_entries_have_the_abi_of_their_arguments() {
 
     let mut entries = ptx_entries(&ptx);
     entries.sort();
-    assert_eq!(entries, ["nothing", "ring", "scale", "unchecked"], "only the kernels are entries, unmangled");
+    assert_eq!(
+        entries,
+        ["bounded", "bounded_u32", "bounded_u64", "nothing", "ring", "scale", "unchecked"],
+        "only the kernels are entries, unmangled"
+    );
+    // `launch_bounds` becomes the entry's directives (for each instance), and its marker global is gone.
+    let header = |name: &str| {
+        let at = ptx.find(&format!(".visible .entry {name}(")).unwrap();
+        let body = at + ptx[at..].find("\n{").unwrap();
+        ptx[at..body].to_owned()
+    };
+    assert!(header("bounded").ends_with(")\n.maxntid 128, 1, 1\n.minnctapersm 3"), "{}", header("bounded"));
+    for name in ["bounded_u32", "bounded_u64"] {
+        assert!(header(name).ends_with(")\n.maxntid 256, 1, 1"), "{}", header(name));
+    }
+    assert!(!header("scale").contains(".maxntid"), "{}", header("scale"));
+    assert!(!ptx.contains("__ferrocomm_launch_bounds__"), "a launch-bounds marker is left in the module");
     // RawSlice<T> {ptr, len}: 16 bytes; RawSym<T> {peers, local, len}: 24 bytes; scalars as themselves.
     assert_eq!(
         entry_params(&ptx, "scale"),

@@ -190,6 +190,19 @@ pub enum BuildError {
     },
 
     /// A required build-script variable is missing: the builder was not called from build.rs.
+    /// `#[kernel(launch_bounds(..))]` left a marker this builder cannot apply: a different `ferrocomm-macros`
+    /// and `ferrocomm-builder`, or a hand-written global with the marker's name.
+    #[error(
+        "{module}: {reason}. Fix: use the same ferrocomm release for ferrocomm-macros and ferrocomm-builder, and \
+         give no global of your own a name starting with `__ferrocomm_launch_bounds__`"
+    )]
+    LaunchBounds {
+        /// The PTX module.
+        module: String,
+        /// What is wrong with the marker.
+        reason: String,
+    },
+
     #[error("environment variable {0} is not set: call the builder from a build script")]
     MissingEnv(&'static str),
 

@@ -14,8 +14,9 @@
 //! For each requested architecture (default `sm_80` and `sm_90`; [`PtxBuilder::arch`] or
 //! `FERROCOMM_PTX_ARCHES=sm_80,sm_90` choose others) the builder runs a nested
 //! `cargo rustc --target nvptx64-nvidia-cuda -Zbuild-std=core --crate-type=staticlib -- --emit=asm`
-//! with fat LTO, in a target directory of its own, with the outer build's environment filtered. Every
-//! module is then assembled by `ptxas` when one is found (see [`ptxas`]).
+//! with fat LTO, in a target directory of its own, with the outer build's environment filtered. The
+//! kernels' launch bounds (`#[kernel(launch_bounds(..))]`) become PTX directives (see [`launch_bounds`]), and
+//! every module is then assembled by `ptxas` when one is found (see [`ptxas`]).
 //!
 //! # The traced flavour
 //!
@@ -41,6 +42,7 @@ mod arch;
 pub mod command;
 pub mod depinfo;
 mod error;
+pub mod launch_bounds;
 pub mod nvshmem;
 pub mod ptxas;
 
@@ -240,7 +242,7 @@ impl PtxBuilder {
             let built = run_nested(&nested)?;
             if flavour == Flavour::Traced {
                 let dest = out_dir.join(format!("{}.{arch}.trace.ptx", built.krate));
-                fs::copy(&built.artifact, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+                write_module(&built.artifact, &dest)?;
                 traced.push(PtxFile { arch, path: dest, cubin: None });
                 continue;
             }
@@ -250,7 +252,7 @@ impl PtxBuilder {
                 }
             }
             let dest = out_dir.join(format!("{}.{arch}.ptx", built.krate));
-            fs::copy(&built.artifact, &dest).map_err(BuildError::io("copying PTX to", &dest))?;
+            write_module(&built.artifact, &dest)?;
             modules.push(PtxFile { arch, path: dest, cubin: None });
             sources = built.sources;
             krate = built.krate;
@@ -330,7 +332,9 @@ impl PtxBuilder {
             let built = nested(arch)?;
             let ptx = out_dir.join(format!("{}.{arch}.nvshmem.ptx", built.krate));
             tools.link(&built.artifact, &bitcode, arch, &ptx)?;
-            let text = fs::read_to_string(&ptx).map_err(BuildError::io("reading", &ptx))?;
+            let linked = fs::read_to_string(&ptx).map_err(BuildError::io("reading", &ptx))?;
+            let text = launch_bounds::apply(&linked, &ptx.display().to_string())?;
+            fs::write(&ptx, &text).map_err(BuildError::io("writing PTX to", &ptx))?;
             // A module that calls no NVSHMEM function carries no version: nothing to disagree with.
             if let Some(found) = nvshmem::ptx_version(&text)
                 && found != expected
@@ -662,6 +666,14 @@ fn run_nested(nested: &NestedBuild) -> Result<Nested, BuildError> {
     let depfile = nested.target_dir.join(command::TARGET).join("release").join(format!("lib{krate}.d"));
     let sources = fs::read_to_string(&depfile).map(|d| depinfo::parse(&d)).unwrap_or_default();
     Ok(Nested { krate, artifact, sources, warnings })
+}
+
+/// Writes the PTX the compiler made (`artifact`) to `dest`, with the kernels' launch bounds applied
+/// ([`launch_bounds`]).
+fn write_module(artifact: &Path, dest: &Path) -> Result<(), BuildError> {
+    let ptx = fs::read_to_string(artifact).map_err(BuildError::io("reading PTX from", artifact))?;
+    let ptx = launch_bounds::apply(&ptx, &artifact.display().to_string())?;
+    fs::write(dest, ptx).map_err(BuildError::io("writing PTX to", dest))
 }
 
 /// The most recently written `<prefix>*.<ext>` in `dir`: the assembly of the build that just ran.

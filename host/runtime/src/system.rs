@@ -73,6 +73,9 @@ pub struct GpuInfo {
     pub memory_bytes: usize,
     /// Streaming multiprocessors.
     pub multiprocessors: u32,
+    /// Peak memory bandwidth in bytes per second, from the memory clock and bus width the driver reports
+    /// (two transfers per clock): what a kernel's measured bandwidth is a fraction of.
+    pub memory_peak_bytes_per_s: u64,
     /// PCI address, `domain:bus:device.0`.
     pub pci_bus_id: String,
 }
@@ -174,6 +177,12 @@ pub fn gpu(ordinal: usize) -> Result<GpuInfo, Error> {
         compute_capability: compute_capability(ordinal)?,
         memory_bytes,
         multiprocessors: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        // The clock is in kHz, the width in bits.
+        memory_peak_bytes_per_s: 2
+            * 1000
+            * attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)?.max(0) as u64
+            * attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)?.max(0) as u64
+            / 8,
         pci_bus_id,
     })
 }

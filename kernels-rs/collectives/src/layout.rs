@@ -224,6 +224,9 @@ pub const TP_CHUNK_ROWS: usize = 16;
 /// k-steps; lane `(g, t)` holds rows `16t .. 16t + 16` of them (16 16-byte loads in flight per lane). Splits
 /// hold whole iterations (but the last).
 pub const TP_ITERATION_ROWS: usize = 4 * TP_CHUNK_ROWS;
+/// Blocks of the tensor-parallel GEMV (and of the fused step) that fit on one multiprocessor: their
+/// `#[kernel(launch_bounds(128, 3))]` keeps ptxas to the registers three blocks share.
+pub const TP_RESIDENT_BLOCKS_PER_SM: u32 = 3;
 /// The most tokens a tensor-parallel decode step carries (the GEMV's accumulators are unrolled up to it).
 pub const TP_MAX_TOKENS: usize = 16;
 

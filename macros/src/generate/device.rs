@@ -2,11 +2,12 @@
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 
 use super::Attrs;
 use super::rewrite::with_static_lifetimes;
-use crate::parse::{Kernel, tokens};
+use crate::parse::{Kernel, LaunchBounds, tokens};
 
 /// `#[cfg(target_arch = "nvptx64")]` items: the body as an `#[inline(always)]` fn and the unmangled entry.
 pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
@@ -53,6 +54,9 @@ pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
                  (programmatic dependent launch), lets the next one start launching, and runs the kernel body."
             )
         };
+        if let Some(bounds) = k.options.launch_bounds {
+            entries.extend(launch_bounds_marker(&entry_name.unraw().to_string(), bounds));
+        }
         entries.extend(quote! {
             #(#cfgs)*
             #[cfg(target_arch = "nvptx64")]
@@ -89,6 +93,25 @@ pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
         #entries
     }
 }
+
+/// The PTX global `ferrocomm-builder` turns into entry `entry`'s `.maxntid` and `.minnctapersm` directives
+/// (Rust cannot write them): `[max_threads, min_blocks]` (0: none) in a kept static named after the entry.
+fn launch_bounds_marker(entry: &str, bounds: LaunchBounds) -> TokenStream {
+    let marker = format_ident!("{}{entry}", LAUNCH_BOUNDS_MARKER);
+    let (threads, blocks) = (bounds.max_threads, bounds.min_blocks.unwrap_or(0));
+    let doc = format!(" Launch bounds of PTX entry `{entry}`, read by `ferrocomm-builder`.");
+    quote! {
+        #[cfg(target_arch = "nvptx64")]
+        #[doc = #doc]
+        #[used]
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        static #marker: [u32; 2] = [#threads, #blocks];
+    }
+}
+
+/// The prefix of a launch-bounds marker's name; `ferrocomm_builder::launch_bounds` reads the same.
+const LAUNCH_BOUNDS_MARKER: &str = "__ferrocomm_launch_bounds__";
 
 /// The private function holding the body on the device.
 fn body_fn_ident(k: &Kernel) -> syn::Ident {

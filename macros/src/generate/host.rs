@@ -217,6 +217,13 @@ fn kernel_static(k: &Kernel, entry: &EntryView<'_>) -> TokenStream {
             " (it does not: `no_wait`)"
         }
     );
+    let max_threads = match k.options.launch_bounds {
+        Some(bounds) => {
+            let threads = bounds.max_threads;
+            quote!(::core::option::Option::Some(#threads))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #[doc = #doc]
         pub static KERNEL: ::ferrocomm::Kernel = ::ferrocomm::Kernel {
@@ -225,6 +232,7 @@ fn kernel_static(k: &Kernel, entry: &EntryView<'_>) -> TokenStream {
             emulate,
             waits: #waits,
             grid_dependency: true,
+            max_threads_per_block: #max_threads,
         };
     }
 }
@@ -560,6 +568,12 @@ fn launch_doc(k: &Kernel, tys: &[Type], of: LaunchOf) -> Vec<String> {
     doc.push(
         " - `Error::WrongDevice`, `Error::NotSymmetric`, `Error::ForeignBuffer` for a buffer of another team;".into(),
     );
+    if let Some(bounds) = k.options.launch_bounds {
+        doc.push(format!(
+            " - `Error::BadLaunchConfig` for more than {} threads per block (`launch_bounds`);",
+            bounds.max_threads
+        ));
+    }
     doc.push(" - `Error::BadLaunchConfig` and driver errors for a launch the GPU refuses.".into());
     if k.item.sig.unsafety.is_some() {
         doc.extend([

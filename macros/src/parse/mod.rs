@@ -6,7 +6,7 @@ mod options;
 mod tests;
 mod types;
 
-pub use options::{ArithOp, CmpOp, Options, Relation, Term};
+pub use options::{ArithOp, CmpOp, LaunchBounds, Options, Relation, Term};
 pub use types::{ParamKind, option_inner, strip, tokens};
 
 use proc_macro2::TokenStream;

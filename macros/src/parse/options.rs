@@ -1,6 +1,6 @@
 //! The options inside `#[kernel(...)]`: relations the arguments must satisfy (`requires(...)`, or a bare
-//! relation), `instances(...)` of a generic kernel, `bytes(...)` arguments, `no_wait`, `debug`,
-//! `module = path`.
+//! relation), `instances(...)` of a generic kernel, `bytes(...)` arguments, `no_wait`,
+//! `launch_bounds(threads, blocks)`, `debug`, `module = path`.
 
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream, Parser};
@@ -28,6 +28,19 @@ pub struct Options {
     pub instances_span: Option<Span>,
     /// `bytes(a, b)`: `u8` buffer arguments whose launcher takes a byte view of a buffer of any element type.
     pub bytes: Vec<Ident>,
+    /// `launch_bounds(threads)` or `launch_bounds(threads, blocks)`: the most threads per block the kernel is
+    /// launched with, and the blocks per multiprocessor ptxas must leave room for (PTX `.maxntid`,
+    /// `.minnctapersm`: it then keeps registers to what that many blocks can share).
+    pub launch_bounds: Option<LaunchBounds>,
+}
+
+/// `launch_bounds(threads, blocks)`, CUDA's `__launch_bounds__`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchBounds {
+    /// Threads per block, at most (`.maxntid`), 1 ..= 1024.
+    pub max_threads: u32,
+    /// Blocks per multiprocessor to leave room for (`.minnctapersm`), at least 1 when given.
+    pub min_blocks: Option<u32>,
 }
 
 /// `name<A, B>` in `instances(...)`: the PTX entry `name` runs the kernel with its type parameters set to
@@ -191,13 +204,14 @@ enum Entry {
     Instances(Ident, Vec<Instance>),
     Bytes(Vec<Ident>),
     NoWait(Ident),
+    LaunchBounds(Ident, LaunchBounds),
     Debug(Ident),
     Module(Ident, Path),
 }
 
 const EXPECTED: &str = "expected one of: `requires(relation, ...)` (a relation such as `len(out) >= world() * \
                         len(src)`, also on its own), `instances(name<Type>, ...)`, `bytes(argument, ...)`, \
-                        `no_wait`, `debug`, `module = path`";
+                        `no_wait`, `launch_bounds(threads, blocks)`, `debug`, `module = path`";
 
 const TERMS: &str = "a relation compares two integer expressions made of `len(argument)`, `world()`, integer \
                      arguments (or their fields, `plan.len`), integer literals, `+ - * / %` and parentheses";
@@ -346,6 +360,13 @@ impl Parse for Entry {
                 Ok(Entry::Bytes(list.into_iter().collect()))
             }
             Some("no_wait") => Ok(Entry::NoWait(input.parse()?)),
+            Some("launch_bounds") if paren_next => {
+                let ident: Ident = input.parse()?;
+                let content;
+                parenthesized!(content in input);
+                let list = Punctuated::<syn::LitInt, Token![,]>::parse_terminated(&content)?;
+                Ok(Entry::LaunchBounds(ident.clone(), launch_bounds(&ident, &list)?))
+            }
             Some("debug") => Ok(Entry::Debug(input.parse()?)),
             Some("module") => {
                 let ident: Ident = input.parse()?;
@@ -364,6 +385,29 @@ impl Parse for Entry {
                 }
             }
         }
+    }
+}
+
+/// `launch_bounds(threads)` or `launch_bounds(threads, blocks)`: 1 ..= 1024 threads, at least one block.
+fn launch_bounds(ident: &Ident, list: &Punctuated<syn::LitInt, Token![,]>) -> syn::Result<LaunchBounds> {
+    const FORM: &str = "write `launch_bounds(threads)` or `launch_bounds(threads, blocks_per_sm)` with integer \
+                        literals: at most `threads` threads per block (1 ..= 1024), room for `blocks_per_sm` \
+                        blocks on each multiprocessor";
+    let values: Vec<(u32, Span)> =
+        list.iter().map(|lit| Ok((lit.base10_parse::<u32>()?, lit.span()))).collect::<syn::Result<_>>()?;
+    match values.as_slice() {
+        [(threads, span), rest @ ..] if rest.len() <= 1 => {
+            if !(1..=1024).contains(threads) {
+                return err(*span, format!("{threads} threads per block; {FORM}"));
+            }
+            let min_blocks = match rest {
+                [(0, span)] => return err(*span, format!("0 blocks per multiprocessor; {FORM}")),
+                [(blocks, _)] => Some(*blocks),
+                _ => None,
+            };
+            Ok(LaunchBounds { max_threads: *threads, min_blocks })
+        }
+        _ => err(ident.span(), FORM),
     }
 }
 
@@ -392,6 +436,10 @@ pub fn parse_options(attr: TokenStream) -> syn::Result<Options> {
             Entry::NoWait(ident) => {
                 once("no_wait", &ident)?;
                 options.no_wait = true;
+            }
+            Entry::LaunchBounds(ident, bounds) => {
+                once("launch_bounds", &ident)?;
+                options.launch_bounds = Some(bounds);
             }
             Entry::Debug(ident) => {
                 once("debug", &ident)?;
@@ -427,10 +475,12 @@ mod tests {
             instances(k_f32<f32>, k_pair<u8, [u32; 4]>),
             bytes(src, dst),
             no_wait,
+            launch_bounds(128, 4),
             debug,
             module = crate::kernels::MODULE
         ))
         .unwrap();
+        assert_eq!(o.launch_bounds, Some(LaunchBounds { max_threads: 128, min_blocks: Some(4) }));
         let rels: Vec<String> = o.relations.iter().map(Relation::text).collect();
         assert_eq!(
             rels,
@@ -450,6 +500,26 @@ mod tests {
         assert_eq!(inst, ["k_f32<f32>", "k_pair<u8 , [u32 ; 4]>"]);
         let bytes: Vec<String> = o.bytes.iter().map(Ident::to_string).collect();
         assert_eq!(bytes, ["src", "dst"]);
+    }
+
+    #[test]
+    fn launch_bounds_take_threads_and_optionally_blocks() {
+        let bounds = |t: TokenStream| parse_options(t).map(|o| o.launch_bounds);
+        assert_eq!(
+            bounds(quote!(launch_bounds(256))).unwrap(),
+            Some(LaunchBounds { max_threads: 256, min_blocks: None })
+        );
+        for (bad, says) in [
+            (quote!(launch_bounds(0)), "0 threads per block"),
+            (quote!(launch_bounds(2048, 1)), "2048 threads per block"),
+            (quote!(launch_bounds(128, 0)), "0 blocks per multiprocessor"),
+            (quote!(launch_bounds(128, 2, 3)), "write `launch_bounds(threads)`"),
+            (quote!(launch_bounds()), "write `launch_bounds(threads)`"),
+            (quote!(launch_bounds(128), launch_bounds(64)), "`launch_bounds` is given twice"),
+        ] {
+            let e = bounds(bad.clone()).err().unwrap_or_else(|| panic!("{bad} was accepted")).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -118,6 +118,7 @@ pub mod launch {
         emulate: emulate_planted_panic,
         waits: true,
         grid_dependency: false,
+        max_threads_per_block: None,
     };
     /// Kernel `many_panics`.
     pub static MANY_PANICS: Kernel = Kernel {
@@ -126,6 +127,7 @@ pub mod launch {
         emulate: emulate_many_panics,
         waits: false,
         grid_dependency: false,
+        max_threads_per_block: None,
     };
     /// Kernel `exit_then_sync`.
     pub static EXIT_THEN_SYNC: Kernel = Kernel {
@@ -134,6 +136,7 @@ pub mod launch {
         emulate: emulate_exit_then_sync,
         waits: false,
         grid_dependency: false,
+        max_threads_per_block: None,
     };
 
     /// # Safety

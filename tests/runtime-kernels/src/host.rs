@@ -30,6 +30,7 @@ macro_rules! descriptor {
                 emulate: $emulate,
                 waits: $waits,
                 grid_dependency: false,
+                max_threads_per_block: None,
             };
     };
 }

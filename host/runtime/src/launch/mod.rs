@@ -112,6 +112,9 @@ pub struct Kernel {
     /// Whether the entry first waits for the previous kernel of the stream (`griddepcontrol.wait`, as
     /// every `#[kernel]` entry does), so it may be launched with programmatic dependent launch on sm_90.
     pub grid_dependency: bool,
+    /// The most threads per block its PTX allows (`#[kernel(launch_bounds(..))]`: `.maxntid`); a launch
+    /// with more is refused before it reaches the GPU or the emulator.
+    pub max_threads_per_block: Option<u32>,
 }
 
 impl Team {
@@ -148,6 +151,15 @@ impl Team {
         let team = &*self.shared;
         team.check_usable()?;
         cfg.validate(kernel.name)?;
+        if let Some(max) = kernel.max_threads_per_block.filter(|&max| cfg.threads_per_block() > max) {
+            return Err(Error::BadLaunchConfig {
+                kernel: kernel.name,
+                reason: format!(
+                    "{} threads per block; the kernel's launch_bounds allow at most {max}",
+                    cfg.threads_per_block()
+                ),
+            });
+        }
         if let Some(group) = &team.group {
             group.agree_on_module(kernel.module)?;
         }

@@ -7,7 +7,9 @@ use ferrocomm_device::reduce::sum_across_block_bytes;
 
 use super::{CommError, Communicator, Op};
 use crate::kernels::tp_decode;
-use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad};
+use crate::layout::{
+    TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_RESIDENT_BLOCKS_PER_SM, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad,
+};
 
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
@@ -32,10 +34,16 @@ impl TpShape {
 }
 
 impl Communicator<'_> {
-    /// The plan of `shape` on this team: its column tiles and enough row splits per tile for
-    /// `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`), each split at
-    /// least one iteration (`TP_ITERATION_ROWS` rows). A shape the kernels cannot run is an error saying why.
+    /// The plan of `shape` on this team: its column tiles and as many row splits per tile as keep the grid
+    /// within `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`),
+    /// each split whole iterations (`TP_ITERATION_ROWS` rows) but the last. A shape the kernels cannot run is
+    /// an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
+        self.tp_plan_within(shape, self.tuning().tp_blocks_per_sm)
+    }
+
+    /// [`tp_plan`](Self::tp_plan) for a grid of at most `blocks_per_sm` blocks per multiprocessor.
+    fn tp_plan_within(&self, shape: TpShape, blocks_per_sm: u32) -> Result<TpPlan, CommError> {
         let world = self.world();
         let bad = |reason: String| Err(CommError::BadShape { shape: format!("{shape:?}"), reason });
         if shape.tokens == 0 || shape.tokens > TP_MAX_TOKENS {
@@ -48,8 +56,11 @@ impl Communicator<'_> {
             return bad(format!("k must be a positive multiple of the team size ({world})"));
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
-        let target = (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize;
-        let splits = target.div_ceil(tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
+        // One wave of at most `target` blocks (a second, partly filled wave would cost a whole block's time),
+        // the splits as even as whole iterations allow.
+        let target = (blocks_per_sm * self.tuning().max_blocks) as usize;
+        let most = (target / tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
+        let splits = k_local.div_ceil(k_local.div_ceil(most).next_multiple_of(TP_ITERATION_ROWS));
         Ok(TpPlan {
             tokens: shape.tokens as u64,
             hidden: shape.hidden as u64,
@@ -144,8 +155,9 @@ impl TpDecode {
                 reason: format!("hidden must be at most {} columns", TP_MAX_TILES * TP_TILE_COLS),
             });
         }
-        let cap = (comm.tuning().max_blocks as u64 / plan.tiles).max(1);
-        let fused = TpPlan { splits: plan.splits.min(cap), ..plan };
+        // Every block of the fused kernel must be resident at once: no more per multiprocessor than its
+        // launch bounds keep room for.
+        let fused = comm.tp_plan_within(shape, comm.tuning().tp_blocks_per_sm.min(TP_RESIDENT_BLOCKS_PER_SM))?;
         let team = comm.team();
         let world = comm.world();
         let len = plan.partials_len().max(fused.partials_len()) * world;

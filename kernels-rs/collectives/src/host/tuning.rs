@@ -48,7 +48,8 @@ pub struct Tuning {
     /// of the message) of at least this many bytes copy through the TMA; smaller ones with loads and stores.
     pub bulk_min_bytes: usize,
     /// Blocks per multiprocessor a rank may use (`max_blocks` of them) that the tensor-parallel GEMV's plan
-    /// aims for: its row splits per column tile are chosen to fill them.
+    /// fills at most, in one wave: on GPUs the 3 its launch bounds keep resident (`TP_RESIDENT_BLOCKS_PER_SM`;
+    /// the fused step never plans more).
     pub tp_blocks_per_sm: u32,
 }
 
@@ -174,7 +175,7 @@ impl Tuning {
             scratch_bytes: GPU_SCRATCH_BYTES,
             bulk_stage_bytes: GPU_BULK_STAGE_BYTES,
             bulk_min_bytes: GPU_BULK_MIN_BYTES,
-            tp_blocks_per_sm: 4,
+            tp_blocks_per_sm: 3,
         }
     }
 

@@ -207,6 +207,8 @@ fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[
 /// Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps.
 #[kernel(
     no_wait,
+    // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
+    launch_bounds(128, 3),
     requires(
         len(w) == plan.k_local * plan.hidden,
         len(x) >= plan.tokens * plan.k_local,
@@ -385,7 +387,10 @@ pub fn tp_reduce_norm(
 /// reduces the tile with the residual, gathers it to every rank, and every block then normalises its share of
 /// `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
 /// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
-#[kernel(requires(
+#[kernel(
+    // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
+    launch_bounds(128, 3),
+    requires(
     len(w) == plan.k_local * plan.hidden,
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
