@@ -465,6 +465,21 @@ fn a_launch_past_the_gemvs_launch_bounds_is_refused() {
 }
 
 #[test]
+fn the_fused_steps_grid_fits_its_signal_pad_on_a_whole_gpu() {
+    use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
+    use ferrocomm_kernels::{TpDecode, TpShape};
+    // One rank with an H200's 132 multiprocessors: three blocks on each would be 396, more than the pad's
+    // epoch slots (one per block of a launch).
+    let team = team(1);
+    let tuning = Tuning { max_blocks: 132, tp_blocks_per_sm: 3, ..Tuning::emulator() };
+    let comm = Communicator::with_tuning(&team, tuning).unwrap();
+    let (gemv, fused) = TpDecode::new(&comm, TpShape { tokens: 1, hidden: 8192, k: 8192 }).unwrap().plans();
+    assert_eq!(gemv.tiles * gemv.splits, 32 * 12, "{gemv:?}");
+    assert!(fused.tiles * fused.splits <= SIGNAL_PAD_EPOCH_SLOTS as u64, "{fused:?}");
+    assert_eq!(fused.tiles * fused.splits, 32 * 8, "{fused:?}");
+}
+
+#[test]
 fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
     use ferrocomm_kernels::{CommError, TpShape};
     let team = team(2);

@@ -2,6 +2,7 @@
 //! the split-K GEMV (`kernels::tp_decode`).
 
 use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
+use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
 use ferrocomm_device::bf16;
 use ferrocomm_device::reduce::sum_across_block_bytes;
 
@@ -39,11 +40,11 @@ impl Communicator<'_> {
     /// each split whole iterations (`TP_ITERATION_ROWS` rows) but the last. A shape the kernels cannot run is
     /// an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
-        self.tp_plan_within(shape, self.tuning().tp_blocks_per_sm)
+        self.tp_plan_within(shape, (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize)
     }
 
-    /// [`tp_plan`](Self::tp_plan) for a grid of at most `blocks_per_sm` blocks per multiprocessor.
-    fn tp_plan_within(&self, shape: TpShape, blocks_per_sm: u32) -> Result<TpPlan, CommError> {
+    /// [`tp_plan`](Self::tp_plan) for a grid of at most `max_grid` blocks (but one split per tile).
+    fn tp_plan_within(&self, shape: TpShape, max_grid: usize) -> Result<TpPlan, CommError> {
         let world = self.world();
         let bad = |reason: String| Err(CommError::BadShape { shape: format!("{shape:?}"), reason });
         if shape.tokens == 0 || shape.tokens > TP_MAX_TOKENS {
@@ -56,10 +57,9 @@ impl Communicator<'_> {
             return bad(format!("k must be a positive multiple of the team size ({world})"));
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
-        // One wave of at most `target` blocks (a second, partly filled wave would cost a whole block's time),
-        // the splits as even as whole iterations allow.
-        let target = (blocks_per_sm * self.tuning().max_blocks) as usize;
-        let most = (target / tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
+        // One wave of at most `max_grid` blocks (a second, partly filled wave would cost a whole block's
+        // time), the splits as even as whole iterations allow.
+        let most = (max_grid / tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
         let splits = k_local.div_ceil(k_local.div_ceil(most).next_multiple_of(TP_ITERATION_ROWS));
         Ok(TpPlan {
             tokens: shape.tokens as u64,
@@ -155,9 +155,11 @@ impl TpDecode {
                 reason: format!("hidden must be at most {} columns", TP_MAX_TILES * TP_TILE_COLS),
             });
         }
-        // Every block of the fused kernel must be resident at once: no more per multiprocessor than its
-        // launch bounds keep room for.
-        let fused = comm.tp_plan_within(shape, comm.tuning().tp_blocks_per_sm.min(TP_RESIDENT_BLOCKS_PER_SM))?;
+        // Every block of the fused kernel must be resident at once (no more per multiprocessor than its launch
+        // bounds keep room for), and each has an epoch slot in the signal pad.
+        let per_sm = comm.tuning().tp_blocks_per_sm.min(TP_RESIDENT_BLOCKS_PER_SM);
+        let fused_grid = ((per_sm * comm.tuning().max_blocks) as usize).min(SIGNAL_PAD_EPOCH_SLOTS);
+        let fused = comm.tp_plan_within(shape, fused_grid)?;
         let team = comm.team();
         let world = comm.world();
         let len = plan.partials_len().max(fused.partials_len()) * world;
