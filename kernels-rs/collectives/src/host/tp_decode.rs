@@ -211,8 +211,10 @@ impl TpDecode {
                 );
                 tp_decode::tp_split_sum::launch(comm.team(), cfg, &self.partials, &mut self.y, plan)?.wait()?;
                 comm.all_reduce(&mut self.y, Op::Sum)?.wait()?;
-                let cfg = LaunchConfig::new(tokens as u32, threads)
-                    .with_shared_bytes(sum_across_block_bytes(1, TP_WARPS) as u32);
+                // A thread per 8 columns (up to 1024): each one's columns are a single load away.
+                let norm_threads = (hidden / 8).next_multiple_of(32).clamp(32, 1024);
+                let cfg = LaunchConfig::new(tokens as u32, norm_threads as u32)
+                    .with_shared_bytes(sum_across_block_bytes(1, norm_threads / 32) as u32);
                 tp_decode::tp_norm::launch(comm.team(), cfg, &self.y, residual, gamma, out, plan)?.wait()?;
             }
             TpVariant::TwoKernels => {

@@ -240,6 +240,29 @@ fn floats(v: V16) -> [f32; 4] {
     v.map(f32::from_bits)
 }
 
+/// The sum of `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: four loads go out
+/// before their sums, so a long sum waits on memory a quarter as often (a loop of load-then-add waits once
+/// per term, which made these epilogues slower than the GEMV before them).
+#[inline(always)]
+fn sum_vectors(count: usize, load: impl Fn(usize) -> V16) -> [f32; 4] {
+    let add = |z: [f32; 4], v: V16| {
+        let p = floats(v);
+        [z[0] + p[0], z[1] + p[1], z[2] + p[2], z[3] + p[3]]
+    };
+    let mut z = [0.0f32; 4];
+    let mut s = 0;
+    while s + 4 <= count {
+        let (a, b, c, d) = (load(s), load(s + 1), load(s + 2), load(s + 3));
+        z = add(add(add(add(z, a), b), c), d);
+        s += 4;
+    }
+    while s < count {
+        z = add(z, load(s));
+        s += 1;
+    }
+    z
+}
+
 /// Reduces tile `tile` (this block; the caller owns the tile): every (token, 4 columns) item sums the
 /// partial tiles `source(src, split)` (vectors of `[token][256]` `f32`) over every rank and split, adds the
 /// residual, and goes into every rank's `gather`; the tile's sums of squares per token go into every rank's
@@ -260,15 +283,8 @@ fn reduce_tile(
         let (j, g) = (i / (TP_TILE_COLS / 4), i % (TP_TILE_COLS / 4));
         let col = tile * TP_TILE_COLS + 4 * g;
         if col < hidden {
-            let mut z = [0.0f32; 4];
-            for src in 0..world {
-                for split in 0..plan.splits as usize {
-                    let p = floats(source(src, split).load(i));
-                    for (z, p) in z.iter_mut().zip(p) {
-                        *z += p;
-                    }
-                }
-            }
+            let splits = plan.splits as usize;
+            let mut z = sum_vectors(world * splits, |s| source(s / splits, s % splits).load(i));
             for (c, z) in z.iter_mut().enumerate() {
                 *z += e.residual[j * hidden + col + c].to_f32();
                 squares[j] = fma(*z, *z, squares[j]);
@@ -307,14 +323,25 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     sync_threads();
     let eps = f32::from_bits(plan.eps_bits as u32);
     let (gather, squares) = (e.gather.local().as_const().vectors(), e.squares.local().as_const().vectors());
+    // Every token's sum of squares over the tiles, once per block: each thread adds up some tiles' 16
+    // sums (four vectors), then one block-wide sum.
+    let (t, threads) = Group::Block.position();
+    let mut part = [0.0f32; TP_MAX_TOKENS];
+    let mut tile = t;
+    while tile < tiles {
+        for q in 0..TP_MAX_TOKENS / 4 {
+            let v = floats(squares.load(tile * TP_MAX_TOKENS / 4 + q));
+            for (c, v) in v.into_iter().enumerate() {
+                part[4 * q + c] += v;
+            }
+        }
+        tile += threads;
+    }
+    let sums = sum_across_block(part);
     let (mut i, stride) = (global_thread_idx(), global_threads());
     while i < tokens * hidden / 8 {
         let (j, col) = (i / (hidden / 8), 8 * (i % (hidden / 8)));
-        let mut sum = 0.0f32;
-        for tile in 0..tiles {
-            sum += floats(squares.load(tile * TP_MAX_TOKENS / 4 + j / 4))[j % 4];
-        }
-        let inv = rsqrt(sum / hidden as f32 + eps);
+        let inv = rsqrt(sums[j] / hidden as f32 + eps);
         let (tile, c) = (col / TP_TILE_COLS, col % TP_TILE_COLS);
         let at = ((tile * tokens + j) * TP_TILE_COLS + c) / 4;
         let (lo, hi) = (floats(gather.load(at)), floats(gather.load(at + 1)));
@@ -455,12 +482,7 @@ pub fn tp_split_sum(partials: &[f32], y: &mut [f32], plan: TpPlan) {
     let (mut i, stride) = (global_thread_idx(), global_threads());
     while i < plan.tiles as usize * per_tile {
         let (tile, k) = (i / per_tile, i % per_tile);
-        let mut sum = [0.0f32; 4];
-        for split in 0..splits {
-            for (s, p) in sum.iter_mut().zip(floats(from.load(plan.partial(tile, split) / 4 + k))) {
-                *s += p;
-            }
-        }
+        let sum = sum_vectors(splits, |split| from.load(plan.partial(tile, split) / 4 + k));
         to.store(i, sum.map(f32::to_bits));
         i += stride;
     }
@@ -468,8 +490,9 @@ pub fn tp_split_sum(partials: &[f32], y: &mut [f32], plan: TpPlan) {
 
 /// The three-kernel step's last: block `j` normalises token `j`: `out[j] = (y[j] + residual[j]) /
 /// sqrt(mean((y[j] + residual[j])²) + eps) * gamma`, with `y` as [`tp_split_sum`](fn@tp_split_sum) lays it
-/// out (after the all-reduce). Launch `plan.tokens` blocks of whole warps with
-/// `sum_across_block_bytes(1, warps)` bytes of dynamic shared memory.
+/// out (after the all-reduce). Launch `plan.tokens` blocks of whole warps (a thread per 8 columns keeps
+/// each thread to one load of each input) with `sum_across_block_bytes(1, warps)` bytes of dynamic shared
+/// memory.
 #[kernel(
     no_wait,
     requires(
