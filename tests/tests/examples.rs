@@ -161,7 +161,8 @@ fn tensor_parallel_gemv_verified_and_timed() {
     let csv = report_csv(&shapes);
     assert_eq!(csv.lines().count(), 3);
     let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
-    assert_eq!((&first[..3], first[4], first[6]), (&["1", "72", "16"][..], "", ""), "{csv}");
+    // No HBM figure or peak off the GPU; no three-kernel step measured.
+    assert_eq!((&first[..3], first[4], first[5], first[7]), (&["1", "72", "16"][..], "", "", ""), "{csv}");
 }
 
 #[test]

@@ -495,6 +495,8 @@ pub fn tp_split_sum(partials: &[f32], y: &mut [f32], plan: TpPlan) {
 /// memory.
 #[kernel(
     no_wait,
+    // Registers for 1024 threads: the host launches a thread per 8 columns.
+    launch_bounds(1024),
     requires(
         len(y) >= plan.tiles * plan.tokens * 256,
         len(residual) >= plan.tokens * plan.hidden,
