@@ -48,41 +48,9 @@ pub const DEFAULT_SYMMETRIC_SIZE: u64 = 1 << 30;
 pub const MAX_MEMORY_ENV: &str = "NVSHMEM_MAX_MEMORY_PER_GPU";
 /// The transport NVSHMEM uses to reach PEs that P2P cannot.
 pub const REMOTE_TRANSPORT_ENV: &str = "NVSHMEM_REMOTE_TRANSPORT";
-/// The NVSHMEM release the project is built and tested with (the bitcode the builder links is pinned to it).
-pub const PINNED_VERSION: Version = Version { major: 3, minor: 4, patch: 5 };
-/// What to install when the library is missing.
-pub const PIP_REQUIREMENT: &str = "nvidia-nvshmem-cu13==3.4.5";
-
-/// An NVSHMEM release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Version {
-    /// Major version.
-    pub major: u32,
-    /// Minor version.
-    pub minor: u32,
-    /// Patch level.
-    pub patch: u32,
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
-    }
-}
-
-/// The NVSHMEM version a PTX module linked with NVSHMEM's bitcode carries: the initialiser of
-/// `nvshmemi_device_lib_version_d` (`{major, minor, patch}` as little-endian `i32`s). `None` for a module
-/// without NVSHMEM.
-pub fn ptx_version(ptx: &str) -> Option<Version> {
-    let line = ptx.lines().find(|l| l.contains("nvshmemi_device_lib_version_d[12]"))?;
-    let init = line.split_once('{')?.1.split_once('}')?.0;
-    let mut bytes = [0u8; 12];
-    for (i, b) in init.split(',').enumerate() {
-        *bytes.get_mut(i)? = b.trim().parse().ok()?;
-    }
-    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    Some(Version { major: word(0), minor: word(4), patch: word(8) })
-}
+// The pinned release, the version type and the version a linked module carries are the builder's: it links
+// the bitcode and writes the modules this runtime loads, so one definition serves both sides.
+pub use ferrocomm_builder::nvshmem::{NvshmemVersion as Version, PINNED_VERSION, PIP_REQUIREMENT, ptx_version};
 
 /// Where the host library is looked for, in order: [`LIB_ENV`] (a file or a directory), [`HOME_ENV`], the
 /// `nvidia-nvshmem-cu13` wheel of each Python on `PATH`, and last the bare soname, which the dynamic loader
