@@ -114,7 +114,7 @@ impl WarpGemv {
         // Column `j` of the vectors: word `j / 2`, its low half for even `j`.
         let b = |j: usize| {
             let i = j / 2;
-            if j % 2 == 0 {
+            if j.is_multiple_of(2) {
                 [pack_low_halves(r0[i], r1[i]), pack_low_halves(r2[i], r3[i])]
             } else {
                 [pack_high_halves(r0[i], r1[i]), pack_high_halves(r2[i], r3[i])]
