@@ -6,8 +6,8 @@
 //! [`tp_reduce_norm`](fn@tp_reduce_norm)), or as one ([`tp_fused`](fn@tp_fused): each block pushes its tile
 //! to the tile's owner as soon as it is done).
 //!
-//! Block `g` of the `tiles * splits` grid computes tile `g / splits` (columns `256t .. 256t + 256`) over the
-//! rows of split `g % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
+//! Block `b` of the `tiles * splits` grid computes tile `b / splits` (256 columns) over the rows of split
+//! `b % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
 //! every token at once (the tokens are the 16 rows of `mma.m16n8k16`'s `A`, padded with zeros), so each
 //! weight is read once by one warp, whatever the token count, and the warps never meet.
 //!
