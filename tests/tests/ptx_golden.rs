@@ -258,6 +258,9 @@ golden! {
     gpu_u64_add_relaxed: "golden_gpu_u64_add_relaxed" => [
         "cvta.to.global.u64 %rd, %rd;\nred.relaxed.gpu.global.add.u64 [%rd], %rd;",
     ];
+    sys_u64_add_relaxed: "golden_sys_u64_add_relaxed" => [
+        "cvta.to.global.u64 %rd, %rd;\nred.relaxed.sys.global.add.u64 [%rd], %rd;",
+    ];
     sys_u64_add_release: "golden_sys_u64_add_release" => [
         "cvta.to.global.u64 %rd, %rd;\nred.release.sys.global.add.u64 [%rd], %rd;",
     ];
@@ -270,6 +273,9 @@ golden! {
 
     signal_set_release: "golden_signal_set_release" => ["st.release.sys.u64 [%rd], %rd;"];
     signal_set_relaxed: "golden_signal_set_relaxed" => ["st.relaxed.sys.u64 [%rd], %rd;"];
+    signal_add_relaxed: "golden_signal_add_relaxed" => [
+        "cvta.to.global.u64 %rd, %rd;\nred.relaxed.sys.global.add.u64 [%rd], %rd;",
+    ];
     signal_add_release: "golden_signal_add_release" => [
         "cvta.to.global.u64 %rd, %rd;\nred.release.sys.global.add.u64 [%rd], %rd;",
     ];

@@ -349,6 +349,13 @@ impl SysAtomicU64 {
         "atom.acq_rel.sys.cas.b64 {old}, [{p}], {c}, {n};", AcqRel, Acquire);
 
     red!(
+        /// `red.relaxed.sys.global.add.u64`: adds `v` without ordering and without returning the old value:
+        /// a count whose readers need no data published with it (or that a fence before it publishes).
+        /// The value must be in global memory (device or peer-mapped).
+        add_relaxed, "red.relaxed.sys.global.add.u64 [{g}], {v};", Relaxed
+    );
+
+    red!(
         /// `red.release.sys.global.add.u64`: adds `v` with release ordering without returning the old value
         /// (the signal-raise of monotonic counters). The value must be in global memory (device or
         /// peer-mapped).

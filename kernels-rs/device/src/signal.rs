@@ -135,6 +135,13 @@ impl Signal {
         trace::raised(self.ptr as u64, v, true, || self.atomic().add_release(v));
     }
 
+    /// Adds to the signal without ordering (`red.relaxed.sys.global.add.u64`): for counts that publish no
+    /// data, or with an explicit fence before.
+    #[inline(always)]
+    pub fn add_relaxed(self, v: u64) {
+        trace::raised(self.ptr as u64, v, true, || self.atomic().add_relaxed(v));
+    }
+
     /// Raises the signal as `op` says, with release ordering.
     #[inline(always)]
     pub fn raise_release(self, op: SignalOp) {

@@ -141,6 +141,18 @@ pub unsafe extern "ptx-kernel" fn golden_sys_u64_add_release(p: *mut u64, v: u64
     unsafe { SysAtomicU64::from_ptr(p).add_release(v) };
 }
 
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_sys_u64_add_relaxed(p: *mut u64, v: u64) {
+    // SAFETY: the launch passes a valid, aligned pointer to global memory.
+    unsafe { SysAtomicU64::from_ptr(p).add_relaxed(v) };
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_signal_add_relaxed(p: *mut u64, v: u64) {
+    // SAFETY: the launch passes a valid, aligned pointer to global memory.
+    unsafe { Signal::from_ptr(p) }.add_relaxed(v);
+}
+
 /// One entry per fence.
 macro_rules! fence_entries {
     ($($entry:ident => $fence:path;)*) => { $(
