@@ -126,9 +126,7 @@ impl Vectors {
         // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
         unsafe { load_at(p, bytes) }
     }
-}
 
-impl Vectors {
     /// Vectors `first, first + stride, ..., first + (N - 1) * stride` — a column of a row-major matrix of
     /// vectors, say — with one bounds check for all `N` rather than one each. Every one must lie wholly in
     /// the range (panics otherwise). On a 16-byte aligned range they are `N` `ld.global.v4.b32`, issued
@@ -448,6 +446,29 @@ mod tests {
         let src = [0xffu8; 32];
         assert_eq!(Vectors::of(&src[..5]).load(0), [0xffff_ffff, 0xff, 0, 0]);
         assert_eq!(Vectors::empty().vectors(), 0);
+    }
+
+    #[test]
+    fn strided_vectors_are_a_column_and_stay_inside_the_range() {
+        // A 4 x 3 matrix of vectors; vector (r, c) holds words 12r + 4c ..
+        let words: Vec<u32> = (0..48).collect();
+        let m = Vectors::of(&words);
+        let column: [V16; 4] = m.load_strided(1, 3);
+        for (r, v) in column.iter().enumerate() {
+            assert_eq!(*v, m.load(3 * r + 1), "row {r}");
+        }
+        assert_eq!(m.load_strided::<0>(99, 5), [] as [V16; 0]);
+        // The same column through a range that is not 16-byte aligned (the vector-by-vector path).
+        let shifted = Vectors::of(&words[1..]);
+        let column: [V16; 4] = shifted.load_strided(0, 3);
+        assert_eq!(column[3], [37, 38, 39, 40]);
+    }
+
+    #[test]
+    #[should_panic(expected = "strided vectors out of bounds")]
+    fn strided_vectors_past_the_end_panic() {
+        let words = [0u32; 48];
+        let _: [V16; 5] = Vectors::of(&words).load_strided(1, 3);
     }
 
     #[test]

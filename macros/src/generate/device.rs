@@ -55,7 +55,9 @@ pub fn device_items(k: &Kernel, attrs: &Attrs) -> TokenStream {
             )
         };
         if let Some(bounds) = k.options.launch_bounds {
-            entries.extend(launch_bounds_marker(&entry_name.unraw().to_string(), bounds));
+            let marker = launch_bounds_marker(&entry_name.unraw().to_string(), bounds);
+            // Under the kernel's own `cfg`s: a marker without its entry is a build error.
+            entries.extend(quote!(#(#cfgs)* #marker));
         }
         entries.extend(quote! {
             #(#cfgs)*
