@@ -465,6 +465,23 @@ fn a_launch_past_the_gemvs_launch_bounds_is_refused() {
 }
 
 #[test]
+fn a_kernel_with_a_signal_pad_refuses_a_grid_past_its_epoch_slots() {
+    use ferrocomm::{Error, LaunchConfig, SignalPadBuffer};
+    use ferrocomm_kernels::kernels::barrier::barrier;
+    use ferrocomm_kernels::layout::barrier_pad;
+    let team = team(2);
+    let pad = SignalPadBuffer::new(&team, "test.barrier", barrier_pad::SIGNALS).unwrap();
+    match barrier::launch(&team, LaunchConfig::new(257, 32), &pad).map(|g| g.wait()) {
+        Err(Error::BadLaunchConfig { kernel: "barrier", reason }) => {
+            assert!(reason.contains("257 blocks") && reason.contains("`pad`") && reason.contains("256"), "{reason}")
+        }
+        other => panic!("expected BadLaunchConfig, got {other:?}"),
+    }
+    // The pad is untouched: a launch within the slots still works.
+    barrier::launch(&team, LaunchConfig::new(1, 32), &pad).unwrap().wait().unwrap();
+}
+
+#[test]
 fn the_fused_steps_grid_fits_its_signal_pad_on_a_whole_gpu() {
     use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
     use ferrocomm_kernels::{TpDecode, TpShape};

@@ -9,7 +9,7 @@ use syn::{Ident, Path, Type};
 
 use super::Attrs;
 use super::rewrite::{into_child_module, substitute, with_static_lifetimes};
-use crate::parse::{ArithOp, CmpOp, Kernel, Param, ParamKind, Relation, Term, tokens};
+use crate::parse::{ArithOp, CmpOp, Kernel, Param, ParamKind, Relation, Term, is_signal_pad, tokens};
 
 /// One PTX entry's view of the kernel: a plain kernel has one, named after it; a generic kernel one per
 /// instance, with its type parameters replaced by the instance's types.
@@ -326,6 +326,24 @@ fn launch_fn(k: &Kernel, tys: &[Type], of: LaunchOf) -> TokenStream {
         ));
     }
     let checks = k.options.relations.iter().map(|rel| relation_check(k, rel, &abi, &rank, &kernel));
+    // Each block of a launch keeps its epoch in a slot of the pad: a larger grid is refused here, not by a
+    // panic on the GPU.
+    let pad_check = k.params.iter().find(|p| is_signal_pad(&p.ty)).map(|p| {
+        let name = p.ident.unraw().to_string();
+        quote! {
+            if #cfg.blocks() > ::ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS as u64 {
+                return ::core::result::Result::Err(::ferrocomm::Error::BadLaunchConfig {
+                    kernel: #kernel.name,
+                    reason: ::std::format!(
+                        "{} blocks; a kernel with a signal pad (`{}`) runs at most {}, one epoch slot of the pad each",
+                        #cfg.blocks(),
+                        #name,
+                        ::ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS
+                    ),
+                });
+            }
+        }
+    });
     let unsafety = &k.item.sig.unsafety;
     // Spanned at the kernel's name: "function defined here" notes then point at the kernel.
     let launch = Ident::new("launch", k.name().span());
@@ -350,6 +368,7 @@ fn launch_fn(k: &Kernel, tys: &[Type], of: LaunchOf) -> TokenStream {
         #where_clause
         {
             let #kernel: &'static ::ferrocomm::Kernel = #kernel_expr;
+            #pad_check
             // SAFETY: `Team::launch`'s contract. Each rank's pack holds, in order, one value per kernel
             // argument, produced by that argument type's own `LaunchParam::lower` (or `LaunchBytes::lower`,
             // which produces the same ABI type), so it has the argument's ABI type; for a generic kernel the
@@ -573,6 +592,12 @@ fn launch_doc(k: &Kernel, tys: &[Type], of: LaunchOf) -> Vec<String> {
             " - `Error::BadLaunchConfig` for more than {} threads per block (`launch_bounds`);",
             bounds.max_threads
         ));
+    }
+    if k.params.iter().any(|p| is_signal_pad(&p.ty)) {
+        doc.push(
+            " - `Error::BadLaunchConfig` for a grid of more than 256 blocks (one epoch slot of the signal pad each);"
+                .into(),
+        );
     }
     doc.push(" - `Error::BadLaunchConfig` and driver errors for a launch the GPU refuses.".into());
     if k.item.sig.unsafety.is_some() {

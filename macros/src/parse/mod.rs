@@ -7,7 +7,7 @@ mod tests;
 mod types;
 
 pub use options::{ArithOp, CmpOp, LaunchBounds, Options, Relation, Term};
-pub use types::{ParamKind, option_inner, strip, tokens};
+pub use types::{ParamKind, is_signal_pad, option_inner, strip, tokens};
 
 use proc_macro2::TokenStream;
 use syn::ext::IdentExt;
