@@ -7,6 +7,7 @@
 use crate::index::{block_size, lane_id, warp_id, warps_per_block};
 use crate::shared::dynamic_shared;
 use crate::sync::sync_threads;
+use crate::warp::{shfl_idx_sync, shfl_xor_sync};
 
 /// Dynamic shared memory [`sum_across_block`] needs for `values` `f32`s per thread in blocks of `warps`
 /// warps.
@@ -15,34 +16,42 @@ pub const fn sum_across_block_bytes(values: usize, warps: usize) -> usize {
 }
 
 /// Sums `values` over every thread of the block, element by element, and returns the totals to every
-/// thread: within each warp by butterfly shuffles, then across the warps through shared memory (in warp
-/// order, so every thread gets the same bits). The launch must give the block at least
-/// [`sum_across_block_bytes`]`(R, warps)` of dynamic shared memory (panics otherwise), which the call
+/// thread: within each warp by shuffles (see [`sum_across_warp_spread`]), then across the warps through
+/// shared memory (in warp order, so every thread gets the same bits). The launch must give the block at
+/// least [`sum_across_block_bytes`]`(R, warps)` of dynamic shared memory (panics otherwise), which the call
 /// leaves free for the next.
 #[inline(always)]
 #[track_caller]
 pub fn sum_across_block<const R: usize>(values: [f32; R]) -> [f32; R] {
     assert!(block_size().is_multiple_of(32), "sum_across_block needs blocks of whole warps");
-    let mut warp_sum = values;
-    for v in warp_sum.iter_mut() {
-        for lanes in [16, 8, 4, 2, 1] {
-            *v += crate::warp::shfl_xor_sync(u32::MAX, *v, lanes);
-        }
-    }
+    let (sum, r) = sum_across_warp_spread(values);
     let warps = warps_per_block() as usize;
     if warps == 1 {
-        return warp_sum;
+        // Value `k`'s total is in lane `k * 32 / R` (or every lane, when `R` does not divide 32).
+        return core::array::from_fn(|k| match spread_lanes::<R>() {
+            Some(lanes) => shfl_idx_sync(u32::MAX, sum[0], (k * lanes) as u32),
+            None => sum[k],
+        });
     }
     let stash = dynamic_shared::<f32>();
     assert!(
         stash.len() * 4 >= sum_across_block_bytes(R, warps),
         "sum_across_block needs more dynamic shared memory (see sum_across_block_bytes)"
     );
-    if lane_id() == 0 {
-        for (r, &v) in warp_sum.iter().enumerate() {
-            // SAFETY: slot (warp, r) is written by this warp's lane 0 alone, and read after the barrier.
-            unsafe { stash.write(warp_id() as usize * R + r, v) };
+    let warp = warp_id() as usize * R;
+    match spread_lanes::<R>() {
+        Some(lanes) if lane_id() as usize % lanes == 0 => {
+            // SAFETY: slot (warp, r) is written by one lane of this warp alone, and read after the barrier.
+            unsafe { stash.write(warp + r, sum[0]) };
         }
+        Some(_) => {}
+        None if lane_id() == 0 => {
+            for (r, &v) in sum.iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { stash.write(warp + r, v) };
+            }
+        }
+        None => {}
     }
     sync_threads();
     let mut total = [0.0f32; R];
@@ -54,4 +63,63 @@ pub fn sum_across_block<const R: usize>(values: [f32; R]) -> [f32; R] {
     }
     sync_threads();
     total
+}
+
+/// Lanes per value once [`sum_across_warp_spread`] has spread `R` values over the warp: `Some(32 / R)`
+/// when `R` is a power of two of at most 32, else `None` (every lane holds every total).
+#[inline(always)]
+const fn spread_lanes<const R: usize>() -> Option<usize> {
+    if R.is_power_of_two() && R <= 32 { Some(32 / R) } else { None }
+}
+
+/// Sums `values` over the warp with the totals spread over the lanes: when `R` is a power of two of at most
+/// 32, each shuffle level halves the values a lane holds — a lane keeps one half, sends the other to its
+/// partner and adds what comes back — so `R` values take `R - 1` shuffles (plus the levels left once one
+/// value remains) instead of `5 R`, and value `r`'s total ends in element 0 of lanes `r * 32 / R ..
+/// (r + 1) * 32 / R`; the second result is `r` for this lane. Otherwise every lane gets every total by `5 R`
+/// butterfly shuffles (second result 0). Either way each total is summed in one order, whichever lane
+/// holds it. Every lane of the warp calls it.
+#[inline(always)]
+pub fn sum_across_warp_spread<const R: usize>(values: [f32; R]) -> ([f32; R], usize) {
+    let mut v = values;
+    let Some(lanes) = spread_lanes::<R>() else {
+        for v in v.iter_mut() {
+            // Spelled out: a loop over an array of offsets can leave the array in local memory.
+            *v =
+                butterfly_level(butterfly_level(butterfly_level(butterfly_level(butterfly_level(*v, 16), 8), 4), 2), 1);
+        }
+        return (v, 0);
+    };
+    // Written out level by level so that after inlining `held` is a constant at each: the loops unroll and
+    // `v` stays in registers.
+    let held = halve(&mut v, R, 16);
+    let held = halve(&mut v, held, 8);
+    let held = halve(&mut v, held, 4);
+    let held = halve(&mut v, held, 2);
+    halve(&mut v, held, 1);
+    (v, lane_id() as usize / lanes)
+}
+
+/// `v` plus lane `lane ^ offset`'s `v`.
+#[inline(always)]
+fn butterfly_level(v: f32, offset: u32) -> f32 {
+    v + shfl_xor_sync(u32::MAX, v, offset)
+}
+
+/// One level of [`sum_across_warp_spread`] at shuffle distance `offset`, the lane holding `held` values:
+/// with more than one, it keeps the half its lane bit `offset` selects (the upper half when set) plus the
+/// partner's copy of that half, and returns how many it now holds; with one, a butterfly.
+#[inline(always)]
+fn halve<const R: usize>(v: &mut [f32; R], held: usize, offset: u32) -> usize {
+    if held == 1 {
+        v[0] = butterfly_level(v[0], offset);
+        return 1;
+    }
+    let half = held / 2;
+    let upper = lane_id() & offset != 0;
+    for i in 0..half {
+        let (keep, send) = if upper { (v[i + half], v[i]) } else { (v[i], v[i + half]) };
+        v[i] = keep + shfl_xor_sync(u32::MAX, send, offset);
+    }
+    half
 }

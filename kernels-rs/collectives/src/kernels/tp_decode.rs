@@ -240,6 +240,13 @@ fn floats(v: V16) -> [f32; 4] {
     v.map(f32::from_bits)
 }
 
+/// `values[j]`, chosen by comparisons: an array indexed by a variable lives in local memory, where every
+/// access is a round trip.
+#[inline(always)]
+fn pick<const N: usize>(values: &[f32; N], j: usize) -> f32 {
+    values.iter().enumerate().fold(0.0, |picked, (q, &v)| if q == j { v } else { picked })
+}
+
 /// `from` plus `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: four loads go out
 /// before their sums, so a long sum waits on memory a quarter as often (a loop of load-then-add waits once
 /// per term, which made these epilogues slower than the GEMV before them).
@@ -288,9 +295,15 @@ fn reduce_tile(
             for src in 0..world {
                 z = add_vectors(z, plan.splits as usize, |split| source(src, split).load(i));
             }
+            let mut square = pick(&squares, j);
             for (c, z) in z.iter_mut().enumerate() {
                 *z += e.residual[j * hidden + col + c].to_f32();
-                squares[j] = fma(*z, *z, squares[j]);
+                square = fma(*z, *z, square);
+            }
+            for (q, s) in squares.iter_mut().enumerate() {
+                if q == j {
+                    *s = square;
+                }
             }
             let at = (tile * tokens * TP_TILE_COLS) / 4 + i;
             for ch in (0..world as u32).map(|q| session.channel(q)) {
@@ -301,7 +314,7 @@ fn reduce_tile(
     }
     let squares = sum_across_block(squares);
     if t < TP_MAX_TOKENS / 4 {
-        let v = [0, 1, 2, 3].map(|c| squares[4 * t + c].to_bits());
+        let v = [0, 1, 2, 3].map(|c| pick(&squares, 4 * t + c).to_bits());
         for ch in (0..world as u32).map(|q| session.channel(q)) {
             ch.remote(e.squares).vectors().store(tile * TP_MAX_TOKENS / 4 + t, v);
         }
@@ -334,8 +347,8 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     while tile < tiles {
         for q in 0..TP_MAX_TOKENS / 4 {
             let v = floats(squares.load(tile * TP_MAX_TOKENS / 4 + q));
-            for (c, v) in v.into_iter().enumerate() {
-                part[4 * q + c] += v;
+            for c in 0..4 {
+                part[4 * q + c] += v[c];
             }
         }
         tile += threads;
@@ -344,17 +357,13 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     let (mut i, stride) = (global_thread_idx(), global_threads());
     while i < tokens * hidden / 8 {
         let (j, col) = (i / (hidden / 8), 8 * (i % (hidden / 8)));
-        let inv = rsqrt(sums[j] / hidden as f32 + eps);
+        let inv = rsqrt(pick(&sums, j) / hidden as f32 + eps);
         let (tile, c) = (col / TP_TILE_COLS, col % TP_TILE_COLS);
         let at = ((tile * tokens + j) * TP_TILE_COLS + c) / 4;
         let (lo, hi) = (floats(gather.load(at)), floats(gather.load(at + 1)));
         let g = <bf16 as Element>::unpack(Vectors::of(e.gamma).load(col / 8));
         let z = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-        let mut y = [0.0f32; 8];
-        for ((y, z), g) in y.iter_mut().zip(z).zip(g) {
-            *y = z * inv * g;
-        }
-        e.out.store(i, <bf16 as Element>::pack(y));
+        e.out.store(i, <bf16 as Element>::pack(core::array::from_fn(|c| z[c] * inv * g[c])));
         i += stride;
     }
 }
@@ -401,10 +410,8 @@ pub fn tp_reduce_norm(
             }
         }
         sync_threads();
-        let peers: [Option<PeerSlice<f32>>; crate::layout::MAX_WORLD] =
-            core::array::from_fn(|q| (q < world).then(|| session.channel(q as u32).remote_input(partials)));
         reduce_tile(&plan, tile, &e, &session, |src, split| {
-            let p = peers[src].expect("a rank of the team");
+            let p = session.channel(src as u32).remote_input(partials);
             p.vectors().sub(plan.partial(tile, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
     }
@@ -523,8 +530,9 @@ pub fn tp_norm(y: &[f32], residual: &[bf16], gamma: &[bf16], out: &mut [bf16], p
     if j < tokens {
         let mut col = 8 * t;
         while col < hidden {
-            for v in z(col) {
-                squares = fma(v, v, squares);
+            let v = z(col);
+            for c in 0..8 {
+                squares = fma(v[c], v[c], squares);
             }
             col += 8 * threads;
         }
@@ -535,11 +543,8 @@ pub fn tp_norm(y: &[f32], residual: &[bf16], gamma: &[bf16], out: &mut [bf16], p
         let mut col = 8 * t;
         while col < hidden {
             let g = <bf16 as Element>::unpack(Vectors::of(gamma).load(col / 8));
-            let mut o = z(col);
-            for (o, g) in o.iter_mut().zip(g) {
-                *o *= inv * g;
-            }
-            out.store((j * hidden + col) / 8, <bf16 as Element>::pack(o));
+            let o = z(col);
+            out.store((j * hidden + col) / 8, <bf16 as Element>::pack(core::array::from_fn(|c| o[c] * (inv * g[c]))));
             col += 8 * threads;
         }
     }

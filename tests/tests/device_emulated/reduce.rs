@@ -1,0 +1,63 @@
+//! Block-wide sums (`reduce::sum_across_block`): every thread gets every total, in the same bits, for
+//! power-of-two value counts (spread over the lanes, then gathered) and others (a butterfly per value), in
+//! blocks of one warp and of several.
+
+use std::sync::Mutex;
+
+use ferrocomm_device::prelude::*;
+use ferrocomm_device::reduce::{sum_across_block, sum_across_block_bytes};
+
+use super::support::run_ok;
+
+/// Thread `t`'s value `r`: a small integer (so any order of addition gives the exact total) or, with
+/// `fractional`, a value whose sums round (so only one fixed order gives every thread the same bits).
+fn value(t: u32, r: usize, fractional: bool) -> f32 {
+    let k = (t as usize * 7 + r * 13) % 29;
+    if fractional { k as f32 * 0.1 + 1.0 / (1.0 + r as f32 + t as f32) } else { k as f32 - 14.0 }
+}
+
+/// Runs `sum_across_block::<R>` in `blocks` blocks of `threads` threads; returns each thread's totals.
+fn block_sums<const R: usize>(blocks: u32, threads: u32, fractional: bool) -> Vec<(u32, u32, [f32; R])> {
+    let got = Mutex::new(Vec::new());
+    let shared = sum_across_block_bytes(R, threads as usize / 32);
+    run_ok(1, [blocks, 1, 1], [threads, 1, 1], shared, &|| {
+        let t = thread_rank();
+        let totals = sum_across_block(core::array::from_fn::<f32, R, _>(|r| value(t, r, fractional)));
+        got.lock().unwrap().push((block_rank(), t, totals));
+    });
+    got.into_inner().unwrap()
+}
+
+fn check<const R: usize>(threads: u32) {
+    let blocks = 2;
+    // Exact totals: every thread of every block has them.
+    let want: [f32; R] = core::array::from_fn(|r| (0..threads).map(|t| value(t, r, false)).sum());
+    let got = block_sums::<R>(blocks, threads, false);
+    assert_eq!(got.len(), (blocks * threads) as usize);
+    for (b, t, totals) in &got {
+        assert_eq!(totals, &want, "R = {R}, {threads} threads: block {b} thread {t}");
+    }
+    // Rounded totals: the same bits in every thread, and close to the reference.
+    let got = block_sums::<R>(blocks, threads, true);
+    let first = got[0].2;
+    for r in 0..R {
+        let reference: f64 = (0..threads).map(|t| f64::from(value(t, r, true))).sum();
+        assert!((f64::from(first[r]) - reference).abs() < 1e-3 * reference.abs().max(1.0), "R = {R}: {first:?}");
+    }
+    for (b, t, totals) in &got {
+        let bits = |v: &[f32; R]| v.map(f32::to_bits);
+        assert_eq!(bits(totals), bits(&first), "R = {R}, {threads} threads: block {b} thread {t} differs");
+    }
+}
+
+#[test]
+fn block_sums_reach_every_thread_in_the_same_bits() {
+    for threads in [32, 64, 96, 128] {
+        check::<1>(threads);
+        check::<2>(threads);
+        check::<3>(threads);
+        check::<16>(threads);
+        check::<32>(threads);
+        check::<33>(threads);
+    }
+}
