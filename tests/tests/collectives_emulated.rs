@@ -471,9 +471,9 @@ fn a_kernel_with_a_signal_pad_refuses_a_grid_past_its_epoch_slots() {
     use ferrocomm_kernels::layout::barrier_pad;
     let team = team(2);
     let pad = SignalPadBuffer::new(&team, "test.barrier", barrier_pad::SIGNALS).unwrap();
-    match barrier::launch(&team, LaunchConfig::new(257, 32), &pad).map(|g| g.wait()) {
+    match barrier::launch(&team, LaunchConfig::new(1025, 32), &pad).map(|g| g.wait()) {
         Err(Error::BadLaunchConfig { kernel: "barrier", reason }) => {
-            assert!(reason.contains("257 blocks") && reason.contains("`pad`") && reason.contains("256"), "{reason}")
+            assert!(reason.contains("1025 blocks") && reason.contains("`pad`") && reason.contains("1024"), "{reason}")
         }
         other => panic!("expected BadLaunchConfig, got {other:?}"),
     }
@@ -485,15 +485,21 @@ fn a_kernel_with_a_signal_pad_refuses_a_grid_past_its_epoch_slots() {
 fn the_fused_steps_grid_fits_its_signal_pad_on_a_whole_gpu() {
     use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
     use ferrocomm_kernels::{TpDecode, TpShape};
-    // One rank with an H200's 132 multiprocessors: three blocks on each would be 396, more than the pad's
-    // epoch slots (one per block of a launch).
     let team = team(1);
-    let tuning = Tuning { max_blocks: 132, tp_blocks_per_sm: 3, ..Tuning::emulator() };
-    let comm = Communicator::with_tuning(&team, tuning).unwrap();
-    let (gemv, fused) = TpDecode::new(&comm, TpShape { tokens: 1, hidden: 8192, k: 8192 }).unwrap().plans();
+    let plans = |max_blocks: u32| {
+        let tuning = Tuning { max_blocks, tp_blocks_per_sm: 3, ..Tuning::emulator() };
+        let comm = Communicator::with_tuning(&team, tuning).unwrap();
+        TpDecode::new(&comm, TpShape { tokens: 1, hidden: 8192, k: 8192 }).unwrap().plans()
+    };
+    // One rank with an H200's 132 multiprocessors: three blocks on each, 396, within the pad's epoch slots
+    // (one per block of a launch), so the fused step has the GEMV's whole grid.
+    let (gemv, fused) = plans(132);
     assert_eq!(gemv.tiles * gemv.splits, 32 * 12, "{gemv:?}");
+    assert_eq!((fused.tiles, fused.splits), (gemv.tiles, gemv.splits), "{fused:?}");
+    // The most blocks a rank may use (256 per kernel, three per multiprocessor): still within the slots.
+    let (gemv, fused) = plans(256);
+    assert_eq!((fused.tiles, fused.splits), (gemv.tiles, gemv.splits), "{fused:?}");
     assert!(fused.tiles * fused.splits <= SIGNAL_PAD_EPOCH_SLOTS as u64, "{fused:?}");
-    assert_eq!(fused.tiles * fused.splits, 32 * 8, "{fused:?}");
 }
 
 #[test]

@@ -473,7 +473,7 @@ pub const TRACE_HEADER_BYTES: usize = 64;
 /// (see `SignalPad::epoch`). It is also the most blocks a kernel using a pad may run. The host allocates
 /// `signals + SIGNAL_PAD_EPOCH_SLOTS` zeroed `u64`s per rank and passes that total as [`RawSym::len`];
 /// signal `i` stays at offset `i`.
-pub const SIGNAL_PAD_EPOCH_SLOTS: usize = 256;
+pub const SIGNAL_PAD_EPOCH_SLOTS: usize = 1024;
 
 /// A low-latency packet: 8 bytes of data and two copies of a 4-byte flag, written by one 16-byte store, so
 /// a reader that sees the current flag in both halves has the data without any fence (NCCL's LL protocol).

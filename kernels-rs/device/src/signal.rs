@@ -349,7 +349,7 @@ impl SignalPad {
     /// Ends this launch's epoch ([`Session`]'s drop). Block-collective: every thread of every block, once, at
     /// the end of its use of the pad (`at`: where its session began). Every slot goes up by one with a
     /// posted `red.add` (no load, no fence on the kernel's way out): each block its own slot, and the slots
-    /// of the blocks beyond the grid shared out over the grid's threads (at most one each for grids of 256
+    /// of the blocks beyond the grid shared out over the grid's threads (at most one each for grids of 1024
     /// threads or more), so the next launch may use any grid.
     #[inline(always)]
     fn advance_epoch(&self, #[cfg(not(target_arch = "nvptx64"))] at: &'static Location<'static>) {

@@ -595,7 +595,7 @@ fn launch_doc(k: &Kernel, tys: &[Type], of: LaunchOf) -> Vec<String> {
     }
     if k.params.iter().any(|p| is_signal_pad(&p.ty)) {
         doc.push(
-            " - `Error::BadLaunchConfig` for a grid of more than 256 blocks (one epoch slot of the signal pad each);"
+            " - `Error::BadLaunchConfig` for a grid of more blocks than the signal pad has epoch slots (`SIGNAL_PAD_EPOCH_SLOTS`, one per block);"
                 .into(),
         );
     }

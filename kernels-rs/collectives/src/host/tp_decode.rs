@@ -9,8 +9,13 @@ use ferrocomm_device::reduce::sum_across_block_bytes;
 use super::{CommError, Communicator, Op};
 use crate::kernels::tp_decode;
 use crate::layout::{
-    TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_RESIDENT_BLOCKS_PER_SM, TP_TILE_COLS, TP_WARPS, TpPlan, tp_pad,
+    MAX_BLOCKS, TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_RESIDENT_BLOCKS_PER_SM, TP_TILE_COLS, TP_WARPS,
+    TpPlan, tp_pad,
 };
+
+// The fused step runs as many blocks as the GEMV alone (up to `MAX_BLOCKS` multiprocessors' worth), and each
+// block of a kernel that uses a signal pad has an epoch slot in it.
+const _: () = assert!(MAX_BLOCKS * TP_RESIDENT_BLOCKS_PER_SM as usize <= SIGNAL_PAD_EPOCH_SLOTS);
 
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
@@ -155,10 +160,10 @@ impl TpDecode {
                 reason: format!("hidden must be at most {} columns", TP_MAX_TILES * TP_TILE_COLS),
             });
         }
-        // Every block of the fused kernel must be resident at once (no more per multiprocessor than its launch
-        // bounds keep room for), and each has an epoch slot in the signal pad.
+        // Every block of the fused kernel must be resident at once: no more per multiprocessor than its launch
+        // bounds keep room for.
         let per_sm = comm.tuning().tp_blocks_per_sm.min(TP_RESIDENT_BLOCKS_PER_SM);
-        let fused_grid = ((per_sm * comm.tuning().max_blocks) as usize).min(SIGNAL_PAD_EPOCH_SLOTS);
+        let fused_grid = (per_sm * comm.tuning().max_blocks) as usize;
         let fused = comm.tp_plan_within(shape, fused_grid)?;
         let team = comm.team();
         let world = comm.world();

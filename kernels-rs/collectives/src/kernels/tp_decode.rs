@@ -247,8 +247,8 @@ fn pick<const N: usize>(values: &[f32; N], j: usize) -> f32 {
     values.iter().enumerate().fold(0.0, |picked, (q, &v)| if q == j { v } else { picked })
 }
 
-/// `from` plus `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: four loads go out
-/// before their sums, so a long sum waits on memory a quarter as often (a loop of load-then-add waits once
+/// `from` plus `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: eight loads go out
+/// before their sums, so a long sum waits on memory an eighth as often (a loop of load-then-add waits once
 /// per term, which made these epilogues slower than the GEMV before them).
 #[inline(always)]
 fn add_vectors(from: [f32; 4], count: usize, load: impl Fn(usize) -> V16) -> [f32; 4] {
@@ -258,10 +258,12 @@ fn add_vectors(from: [f32; 4], count: usize, load: impl Fn(usize) -> V16) -> [f3
     };
     let mut z = from;
     let mut s = 0;
-    while s + 4 <= count {
-        let (a, b, c, d) = (load(s), load(s + 1), load(s + 2), load(s + 3));
-        z = add(add(add(add(z, a), b), c), d);
-        s += 4;
+    while s + 8 <= count {
+        // Written out: `array::from_fn` over eight loads stays a loop and goes through local memory.
+        let (v0, v1, v2, v3) = (load(s), load(s + 1), load(s + 2), load(s + 3));
+        let (v4, v5, v6, v7) = (load(s + 4), load(s + 5), load(s + 6), load(s + 7));
+        z = add(add(add(add(add(add(add(add(z, v0), v1), v2), v3), v4), v5), v6), v7);
+        s += 8;
     }
     while s < count {
         z = add(z, load(s));
@@ -330,9 +332,17 @@ fn reduce_tile(
 
 /// Waits until every tile has been gathered here, then writes this block's share of the output:
 /// `out[j, h] = (y + residual)[j, h] / sqrt(mean_h((y + residual)[j]²) + eps) * gamma[h]`, 8 columns per item.
+/// Only the first blocks take part, as many as give each thread one item (or every block, if fewer): the
+/// others return at once, so that no more blocks than needed poll `GATHERED` (hundreds of pollers of one
+/// word slow down the adds they wait for) or stay resident.
 #[inline(always)]
 fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     let (tokens, hidden, tiles) = (plan.tokens as usize, plan.hidden as usize, plan.tiles as usize);
+    let items = tokens * hidden / 8;
+    let blocks = items.div_ceil(block_size() as usize).min(grid_size() as usize);
+    if block_rank() as usize >= blocks {
+        return;
+    }
     if thread_rank() == 0 {
         session.local(tp_pad::GATHERED).wait_ge(session.epoch() * tiles as u64);
     }
@@ -354,8 +364,8 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
         tile += threads;
     }
     let sums = sum_across_block(part);
-    let (mut i, stride) = (global_thread_idx(), global_threads());
-    while i < tokens * hidden / 8 {
+    let (mut i, stride) = (global_thread_idx(), blocks * threads);
+    while i < items {
         let (j, col) = (i / (hidden / 8), 8 * (i % (hidden / 8)));
         let inv = rsqrt(pick(&sums, j) / hidden as f32 + eps);
         let (tile, c) = (col / TP_TILE_COLS, col % TP_TILE_COLS);
