@@ -519,13 +519,19 @@ fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
 
 #[test]
 fn tensor_parallel_decode_steps_every_variant() {
-    use ferrocomm_kernels::{TpShape, TpVariant};
+    use ferrocomm_kernels::{TpDecode, TpShape, TpVariant};
     for world in [2, 4] {
         let team = team(world);
         let mut comm = Communicator::new(&team).unwrap();
-        // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread.
-        let shapes = [(1, 64, 16 * world), (3, 520, 9 * world), (6, 264, 24 * world)];
-        for (i, &(tokens, hidden, k)) in shapes.iter().take(if world == 2 { 3 } else { 2 }).enumerate() {
+        // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread. The last shape has
+        // four iterations of rows per rank, so the tiles are split several ways and each tile's 320 vectors
+        // are reduced in shares (`TpPlan::reduce_parts`): three of 107 after the GEMV, two in the fused step.
+        let shapes = [(1, 64, 16 * world), (3, 520, 9 * world), (6, 264, 24 * world), (5, 264, 256 * world)];
+        for (i, &(tokens, hidden, k)) in shapes.iter().take(if world == 2 { 4 } else { 2 }).enumerate() {
+            if k == 256 * world {
+                let (gemv, fused) = TpDecode::new(&comm, TpShape { tokens, hidden, k }).unwrap().plans();
+                assert_eq!((gemv.reduce_parts(), fused.reduce_parts()), (3, 2), "{gemv:?} {fused:?}");
+            }
             for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
                 check(verify::tp_decode(&mut comm, TpShape { tokens, hidden, k }, variant, i as u64));
             }

@@ -240,7 +240,8 @@ pub mod tp_pad {
     pub const fn arrived(tile: usize) -> usize {
         tile
     }
-    /// Every rank: a tile's reduced values and sums of squares have landed (one add per tile).
+    /// Every rank: a share of a tile's reduced values and its sums of squares have landed (one add per
+    /// reducing block: `tiles × reduce_parts` per launch).
     pub const GATHERED: usize = TP_MAX_TILES;
     /// Rank `src`'s partial sums are complete (two kernels: raised as the epilogue starts).
     pub const fn ready(src: usize) -> usize {
@@ -281,6 +282,17 @@ impl TpPlan {
     /// `f32`s of a partials buffer.
     pub const fn partials_len(&self) -> usize {
         self.partial(self.tiles as usize, 0)
+    }
+
+    /// Blocks that reduce each tile in the decode step's epilogues, each a contiguous share of the tile's
+    /// `tokens × 64` vectors: enough for about one vector per thread (one block at 1 token, eight at 16),
+    /// and at most `splits` (in the fused step a tile's own blocks reduce it). Each one's sums of squares
+    /// take an entry of `TP_MAX_TOKENS` `f32`s: `tiles × reduce_parts` of them.
+    #[inline(always)]
+    pub const fn reduce_parts(&self) -> usize {
+        let parts = (self.tokens as usize * TP_TILE_COLS / 4).div_ceil(TP_WARPS * 32);
+        let splits = self.splits as usize;
+        if parts < splits { parts } else { splits }
     }
 
     /// This split's rows: `start..end` of `k_local`, in whole iterations of [`TP_ITERATION_ROWS`] (the last split
@@ -349,6 +361,18 @@ mod tests {
                 assert_eq!(next, len);
             }
         }
+    }
+
+    #[test]
+    fn a_tile_is_reduced_by_a_block_per_block_of_vectors_and_at_most_one_per_split() {
+        let plan = |tokens, splits| TpPlan { tokens, hidden: 8192, k_local: 8192, tiles: 32, splits, eps_bits: 0 };
+        // 64 vectors per token, 128 threads per block.
+        assert_eq!(plan(1, 12).reduce_parts(), 1);
+        assert_eq!(plan(2, 12).reduce_parts(), 1);
+        assert_eq!(plan(3, 12).reduce_parts(), 2);
+        assert_eq!(plan(16, 12).reduce_parts(), 8);
+        assert_eq!(plan(16, 5).reduce_parts(), 5);
+        assert_eq!(plan(16, 1).reduce_parts(), 1);
     }
 
     #[test]

@@ -175,7 +175,11 @@ impl TpDecode {
             partials: SymBuffer::new(team, len)?,
             y: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
             gather: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
-            squares: SymBuffer::new(team, plan.tiles as usize * TP_MAX_TOKENS)?,
+            // Each reducing block's sums of squares: at most `splits` per tile (`TpPlan::reduce_parts`).
+            squares: SymBuffer::new(
+                team,
+                (plan.tiles * plan.splits).max(fused.tiles * fused.splits) as usize * TP_MAX_TOKENS,
+            )?,
             two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
             fused_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.fused", tp_pad::SIGNALS)?,
         })
@@ -225,7 +229,7 @@ impl TpDecode {
             TpVariant::TwoKernels => {
                 let plan = self.plan;
                 comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;
-                let cfg = LaunchConfig::new(plan.tiles as u32, threads)
+                let cfg = LaunchConfig::new((plan.tiles as usize * plan.reduce_parts()) as u32, threads)
                     .with_shared_bytes(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS) as u32);
                 let (partials, gather, squares) = (&self.partials, &mut self.gather, &mut self.squares);
                 tp_decode::tp_reduce_norm::launch(

@@ -272,27 +272,31 @@ fn add_vectors(from: [f32; 4], count: usize, load: impl Fn(usize) -> V16) -> [f3
     z
 }
 
-/// Reduces tile `tile` (this block; the caller owns the tile): every (token, 4 columns) item sums the
-/// partial tiles `source(src, split)` (vectors of `[token][256]` `f32`) over every rank and split, adds the
-/// residual, and goes into every rank's `gather`; the tile's sums of squares per token go into every rank's
-/// `squares`. Then thread 0 raises every rank's `GATHERED` by one.
+/// Reduces share `part` of tile `tile` (of [`TpPlan::reduce_parts`]; the caller owns the tile): every (token,
+/// 4 columns) vector of the share sums the partial tiles `source(src, split)` (vectors of `[token][256]`
+/// `f32`) over every rank and split, adds the residual, and goes into every rank's `gather`; the share's sums
+/// of squares per token go into every rank's `squares` (entry `tile * parts + part`). Then thread 0 raises
+/// every rank's `GATHERED` by one.
 #[inline(always)]
 fn reduce_tile(
     plan: &TpPlan,
-    tile: usize,
+    (tile, part): (usize, usize),
     e: &Epilogue<'_>,
     session: &Session,
     source: impl Fn(usize, usize) -> Vectors,
 ) {
     let (tokens, hidden, world) = (plan.tokens as usize, plan.hidden as usize, team::world() as usize);
     let (t, threads) = Group::Block.position();
+    let (vectors, parts) = (tokens * TP_TILE_COLS / 4, plan.reduce_parts());
+    let share = vectors.div_ceil(parts);
+    let end = ((part + 1) * share).min(vectors);
     let mut squares = [0.0f32; TP_MAX_TOKENS];
-    let mut i = t;
-    while i < tokens * TP_TILE_COLS / 4 {
+    let mut i = part * share + t;
+    while i < end {
         let (j, g) = (i / (TP_TILE_COLS / 4), i % (TP_TILE_COLS / 4));
         let col = tile * TP_TILE_COLS + 4 * g;
         if col < hidden {
-            // Rank by rank, each one's splits four loads at a time (no division in the loads' addresses).
+            // Rank by rank, each one's splits eight loads at a time (no division in the loads' addresses).
             let mut z = [0.0f32; 4];
             for src in 0..world {
                 z = add_vectors(z, plan.splits as usize, |split| source(src, split).load(i));
@@ -318,7 +322,7 @@ fn reduce_tile(
     if t < TP_MAX_TOKENS / 4 {
         let v = [0, 1, 2, 3].map(|c| pick(&squares, 4 * t + c).to_bits());
         for ch in (0..world as u32).map(|q| session.channel(q)) {
-            ch.remote(e.squares).vectors().store(tile * TP_MAX_TOKENS / 4 + t, v);
+            ch.remote(e.squares).vectors().store((tile * parts + part) * TP_MAX_TOKENS / 4 + t, v);
         }
     }
     // The block's stores, then one release per rank that covers them.
@@ -343,25 +347,26 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     if block_rank() as usize >= blocks {
         return;
     }
+    let entries = tiles * plan.reduce_parts();
     if thread_rank() == 0 {
-        session.local(tp_pad::GATHERED).wait_ge(session.epoch() * tiles as u64);
+        session.local(tp_pad::GATHERED).wait_ge(session.epoch() * entries as u64);
     }
     sync_threads();
     let eps = f32::from_bits(plan.eps_bits as u32);
     let (gather, squares) = (e.gather.local().as_const().vectors(), e.squares.local().as_const().vectors());
-    // Every token's sum of squares over the tiles, once per block: each thread adds up some tiles' 16
+    // Every token's sum of squares over the tiles, once per block: each thread adds up some entries' 16
     // sums (four vectors), then one block-wide sum.
     let (t, threads) = Group::Block.position();
     let mut part = [0.0f32; TP_MAX_TOKENS];
-    let mut tile = t;
-    while tile < tiles {
+    let mut entry = t;
+    while entry < entries {
         for q in 0..TP_MAX_TOKENS / 4 {
-            let v = floats(squares.load(tile * TP_MAX_TOKENS / 4 + q));
+            let v = floats(squares.load(entry * TP_MAX_TOKENS / 4 + q));
             for c in 0..4 {
                 part[4 * q + c] += v[c];
             }
         }
-        tile += threads;
+        entry += threads;
     }
     let sums = sum_across_block(part);
     let (mut i, stride) = (global_thread_idx(), blocks * threads);
@@ -379,15 +384,17 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
 }
 
 /// The epilogue of the two-kernel decode step: every rank's [`tp_gemv`](fn@tp_gemv) partial sums (in
-/// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`), with the
-/// residual added, gathered to every rank, and normalised (RMSNorm with `gamma`) into `out`. Raises
-/// `ready` as it starts, so a peer reads this rank's partials only once its GEMV (earlier in the stream)
-/// is done. Launch `plan.tiles` blocks of `TP_WARPS` warps with
-/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+/// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`; block `b`
+/// reduces share `b % parts` of tile `b / parts`, `parts` = [`TpPlan::reduce_parts`]), with the residual
+/// added, gathered to every rank, and normalised (RMSNorm with `gamma`) into `out`. Raises `ready` as it
+/// starts, so a peer reads this rank's partials only once its GEMV (earlier in the stream) is done. Launch
+/// `plan.tiles * plan.reduce_parts()` blocks of `TP_WARPS` warps with `sum_across_block_bytes(16,
+/// TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident. `squares` holds
+/// `tiles * reduce_parts * 16` `f32`s (`reduce_parts` is at most `splits`).
 #[kernel(requires(
     len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * 16,
+    len(squares) >= plan.tiles * plan.splits * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -412,7 +419,8 @@ pub fn tp_reduce_norm(
             ch.signal(tp_pad::ready(rank)).set_release(epoch);
         }
     }
-    let tile = block_rank() as usize;
+    let parts = plan.reduce_parts();
+    let (tile, part) = (block_rank() as usize / parts, block_rank() as usize % parts);
     if tile < plan.tiles as usize && tile % world == rank {
         if thread_rank() == 0 {
             for ch in session.peers() {
@@ -420,7 +428,7 @@ pub fn tp_reduce_norm(
             }
         }
         sync_threads();
-        reduce_tile(&plan, tile, &e, &session, |src, split| {
+        reduce_tile(&plan, (tile, part), &e, &session, |src, split| {
             let p = session.channel(src as u32).remote_input(partials);
             p.vectors().sub(plan.partial(tile, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
@@ -430,9 +438,9 @@ pub fn tp_reduce_norm(
 
 /// The one-kernel decode step: each block computes its partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores
 /// it straight into the tile owner's `partials` (region `rank`: `world` regions of `plan.partials_len()`),
-/// then adds one to the owner's `arrived(tile)`; the owner's split-0 block of each tile waits for all of them,
-/// reduces the tile with the residual, gathers it to every rank, and every block then normalises its share of
-/// `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
+/// then adds one to the owner's `arrived(tile)`; the owner's blocks of splits `0 .. plan.reduce_parts()` of
+/// each tile wait for all of them and reduce a share of the tile each with the residual, gathering it to
+/// every rank, and the first blocks then normalise `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
 /// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
@@ -442,7 +450,7 @@ pub fn tp_reduce_norm(
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * 16,
+    len(squares) >= plan.tiles * plan.splits * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -475,14 +483,15 @@ pub fn tp_fused(
         owner.signal(tp_pad::arrived(tile)).add_release(1);
     }
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out), gather, squares };
-    if tile % world == rank && split == 0 {
+    if tile % world == rank && split < plan.reduce_parts() {
         if thread_rank() == 0 {
             let all = (world * splits) as u64;
             session.local(tp_pad::arrived(tile)).wait_ge(session.epoch() * all);
         }
         sync_threads();
         let mine = partials.local().as_const().vectors();
-        reduce_tile(&plan, tile, &e, &session, |src, split| {
+        // Share `split` of the tile (the loads' `split` below is the one summed over).
+        reduce_tile(&plan, (tile, split), &e, &session, |src, split| {
             mine.sub((src * region + plan.partial(tile, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
     }
