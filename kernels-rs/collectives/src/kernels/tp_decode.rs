@@ -225,7 +225,8 @@ pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
 /// What the epilogue of a decode step reads and writes besides the partial sums: the residual and the
 /// norm's weights (`tokens x hidden` and `hidden` `bf16`), the output (`tokens x hidden` `bf16`, on every
 /// rank), and the symmetric buffers the reduced tiles travel in: `gather` (`tiles x tokens x 256` `f32`:
-/// `y + residual`) and `squares` (`tiles x 16` `f32`: each tile's sum of squares per token).
+/// `y + residual`) and `squares` (`tiles x reduce_parts x 16` `f32`: each tile share's sums of squares per
+/// token).
 struct Epilogue<'a> {
     residual: &'a [bf16],
     gamma: &'a [bf16],
@@ -440,8 +441,9 @@ pub fn tp_reduce_norm(
 /// it straight into the tile owner's `partials` (region `rank`: `world` regions of `plan.partials_len()`),
 /// then adds one to the owner's `arrived(tile)`; the owner's blocks of splits `0 .. plan.reduce_parts()` of
 /// each tile wait for all of them and reduce a share of the tile each with the residual, gathering it to
-/// every rank, and the first blocks then normalise `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
-/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+/// every rank, and the first blocks then normalise `out`. Launch `plan.tiles * plan.splits` blocks of
+/// `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block
+/// must be co-resident. `squares` holds `tiles * reduce_parts * 16` `f32`s.
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
     launch_bounds(128, 3),
