@@ -1,7 +1,9 @@
 //! The tensor-parallel decode step — `out = rmsnorm(all-reduce(x[tokens, K/world] · W[K/world, H]) +
 //! residual) · gamma` in bf16 — verified and timed from CUDA-graph replays: the GEMV alone, with the HBM
 //! bandwidth it reaches, then the whole step in two kernels (GEMV, then the all-reduce fused with the
-//! residual and the norm) and in one (each block pushes its finished tile).
+//! residual and the norm) and in one (each block pushes its finished tile), beside the layer as separate
+//! kernels with NCCL's all-reduce between them (variant 1: one process per GPU, e.g. under
+//! `ferrocomm launch -n 2 --`) and with the library's.
 //!
 //! ```sh
 //! cargo run --release --example tp_decode
@@ -16,7 +18,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use ferrocomm::{Backend, Team};
 use ferrocomm_examples::all_reduce::GraphRuns;
-use ferrocomm_examples::tp_decode::{ShapeReport, all_reduce_alone, gemv, report_csv, report_markdown, step};
+use ferrocomm_examples::nccl::NcclAllReduce;
+use ferrocomm_examples::tp_decode::{
+    ShapeReport, StepVariant, all_reduce_alone, gemv, report_csv, report_markdown, step,
+};
 use ferrocomm_examples::{ExampleError, Platform, open_team};
 use ferrocomm_kernels::{Communicator, TpShape, TpVariant};
 
@@ -49,6 +54,17 @@ fn run(args: &Args) -> Result<(), ExampleError> {
     let platform = Platform::of(&team).to_string();
     print!("{platform}");
     let mut comm = Communicator::new(&team)?;
+    // Variant 1 needs NCCL, one process per GPU; where it cannot run, the report says why.
+    let (nccl, nccl_missing) = match args.gemv_only {
+        true => (None, None),
+        false => match NcclAllReduce::open(&team)? {
+            Ok(nccl) => (Some(nccl), None),
+            Err(why) => {
+                println!("NCCL variant left out: {why}");
+                (None, Some(why.to_string()))
+            }
+        },
+    };
     let runs = GraphRuns::for_team(&team);
     let hidden = match (args.hidden.is_empty(), team.backend()) {
         (false, _) => args.hidden.clone(),
@@ -68,8 +84,10 @@ fn run(args: &Args) -> Result<(), ExampleError> {
             let all_reduce = all_reduce_alone(&mut comm, shape, runs, seed)?;
             println!("all-reduce alone  {} x {} bf16: {:>10.2} us   verified", tokens, h, all_reduce.median_us());
             let mut steps = Vec::new();
-            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
-                let s = step(&mut comm, shape, variant, runs, seed)?;
+            let library = [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused].map(StepVariant::Library);
+            let variants = nccl.as_ref().map(|_| StepVariant::Nccl).into_iter().chain(library);
+            for variant in variants {
+                let s = step(&mut comm, shape, variant, nccl.as_ref(), runs, seed)?;
                 println!("step              {}", s.line());
                 steps.push(s);
             }
@@ -83,7 +101,7 @@ fn run(args: &Args) -> Result<(), ExampleError> {
                 .map_err(|e| ExampleError::BadArgument(format!("cannot write {}: {e}", dir.join(name).display())))
         };
         let ranks_per_gpu = shapes.first().map_or(1, |s| s.gemv.ranks_per_gpu);
-        write("README.md", report_markdown(&platform, ranks_per_gpu, &shapes))?;
+        write("README.md", report_markdown(&platform, ranks_per_gpu, nccl_missing.as_deref(), &shapes))?;
         write("data.csv", report_csv(&shapes))?;
         println!("report: {}", dir.join("README.md").display());
     }

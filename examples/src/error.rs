@@ -29,6 +29,14 @@ pub enum ExampleError {
     /// A library check found a rank holding a value that differs from the CPU reference.
     #[error("verification failed: {0}")]
     Verify(#[from] ferrocomm_kernels::verify::VerifyError),
+    /// NCCL failed.
+    #[error("NCCL: {what}: {message}")]
+    Nccl {
+        /// What was being done.
+        what: String,
+        /// NCCL's message.
+        message: String,
+    },
     /// An argument the example cannot run with.
     #[error("{0}")]
     BadArgument(String),

@@ -21,6 +21,7 @@
 //! | [`moe`] | MoE dispatch and combine: all-to-all with per-destination counts, tokens x 7168 bf16 |
 //! | [`custom`] | the `custom-kernel` crate's kernels through their typed launchers |
 //! | [`multiprocess`] | every collective in a team of one process per rank, checked by each process |
+//! | [`nccl`] | NCCL's all-reduce on a team's streams (one process per GPU), for the decode step's variant 1 |
 //! | [`tp_decode`] | the tensor-parallel decode step's GEMV: verified, timed, its HBM bandwidth |
 //! | [`trace_overhead`] | what trace mode costs: ping-pong and 1 MiB all-reduce, untraced vs traced |
 //! | [`timing`] | per-operation times from graph replays; sizes in bytes |
@@ -31,6 +32,7 @@ pub mod custom;
 pub mod error;
 pub mod moe;
 pub mod multiprocess;
+pub mod nccl;
 pub mod ping_pong;
 pub mod quickstart;
 pub mod team;

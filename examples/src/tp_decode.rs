@@ -6,10 +6,11 @@
 use ferrocomm::SymBuffer;
 use ferrocomm_device::bf16;
 use ferrocomm_kernels::verify::{self, pattern};
-use ferrocomm_kernels::{Communicator, Op, TpDecode, TpShape, TpVariant};
+use ferrocomm_kernels::{Communicator, Op, TpDecode, TpInputs, TpShape, TpVariant};
 
 use crate::ExampleError;
 use crate::all_reduce::GraphRuns;
+use crate::nccl::NcclAllReduce;
 use crate::timing::{Timing, time_replays};
 
 /// The GEMV of one shape: verified, and how long it took.
@@ -94,13 +95,33 @@ pub fn gemv(
     Ok(GemvResult { shape, ranks_per_gpu, weight_bytes: w.len() * size_of::<bf16>(), timing, on_gpus, hbm_peak_gbps })
 }
 
+/// How a timed step runs: one of the library's variants, or variant 1 of the layer as a stack without
+/// GPU-initiated communication runs it — the GEMV, the sum of its splits, NCCL's all-reduce and the norm,
+/// captured into one graph per rank ([`TpDecode::step_with_all_reduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepVariant {
+    /// The layer's kernels with NCCL's all-reduce between them (CPU-orchestrated).
+    Nccl,
+    /// One of the library's variants.
+    Library(TpVariant),
+}
+
+impl std::fmt::Display for StepVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepVariant::Nccl => f.write_str("Nccl"),
+            StepVariant::Library(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
 /// One decode step of one shape by one variant: verified, and how long a step took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
     /// The shape.
     pub shape: TpShape,
     /// How the step ran.
-    pub variant: TpVariant,
+    pub variant: StepVariant,
     /// Time per step from graph replays.
     pub timing: Timing,
 }
@@ -109,9 +130,9 @@ impl StepResult {
     /// One line: `tokens 1  hidden 8192  k 8192  Fused: 21.30 us per step   verified`.
     pub fn line(&self) -> String {
         let s = self.shape;
-        let variant = format!("{:?}", self.variant);
+        let variant = self.variant.to_string();
         format!(
-            "tokens {:>2}  hidden {:>5}  k {:>5}  {variant:<10}: {:>10.2} us per step   verified",
+            "tokens {:>2}  hidden {:>5}  k {:>5}  {variant:<12}: {:>10.2} us per step   verified",
             s.tokens,
             s.hidden,
             s.k,
@@ -120,16 +141,38 @@ impl StepResult {
     }
 }
 
-/// Verifies a decode step of `shape` by `variant` (`verify::tp_decode`), then times a graph of
+/// Runs one step by `variant` (`nccl` must be open for [`StepVariant::Nccl`]).
+fn run_step(
+    comm: &mut Communicator<'_>,
+    decode: &mut TpDecode,
+    variant: StepVariant,
+    nccl: Option<&NcclAllReduce>,
+    inputs: TpInputs<'_>,
+    out: &mut SymBuffer<bf16>,
+) -> Result<(), ExampleError> {
+    match (variant, nccl) {
+        (StepVariant::Library(v), _) => {
+            let TpInputs { x, w, residual, gamma } = inputs;
+            Ok(decode.step(comm, v, x, w, residual, gamma, out)?)
+        }
+        (StepVariant::Nccl, Some(nccl)) => decode.step_with_all_reduce(comm, inputs, out, |_, y| nccl.sum_in_place(y)),
+        (StepVariant::Nccl, None) => Err(ExampleError::BadArgument("the NCCL variant needs NCCL opened".into())),
+    }
+}
+
+/// Verifies a decode step of `shape` by `variant` (`verify::tp_decode_by`), then times a graph of
 /// `runs.ops_per_graph` steps on the same buffers.
 pub fn step(
     comm: &mut Communicator<'_>,
     shape: TpShape,
-    variant: TpVariant,
+    variant: StepVariant,
+    nccl: Option<&NcclAllReduce>,
     runs: GraphRuns,
     seed: u64,
 ) -> Result<StepResult, ExampleError> {
-    verify::tp_decode(comm, shape, variant, seed)?;
+    verify::tp_decode_by(comm, shape, &variant.to_string(), seed, |comm, decode, inputs, out| {
+        run_step(comm, decode, variant, nccl, inputs, out)
+    })?;
     let team = comm.team();
     let k_local = shape.k_local(team.world());
     let mut decode = TpDecode::new(comm, shape)?;
@@ -144,13 +187,26 @@ pub fn step(
     let (residual, gamma) = (buf(shape.tokens * shape.hidden, seed + 2)?, buf(shape.hidden, seed + 3)?);
     let mut out = SymBuffer::<bf16>::new(team, shape.tokens * shape.hidden)?;
     let ops = runs.ops_per_graph.max(1);
+    // The capture takes the library's errors only; another library's failure ends it and is returned here.
+    let mut failure = None;
     let graph = comm.capture(|comm| {
         for _ in 0..ops {
-            decode.step(comm, variant, &x, &w, &residual, &gamma, &mut out)?;
+            let inputs = TpInputs { x: &x, w: &w, residual: &residual, gamma: &gamma };
+            match run_step(comm, &mut decode, variant, nccl, inputs, &mut out) {
+                Ok(()) => {}
+                Err(ExampleError::Comm(e)) => return Err(e),
+                Err(other) => {
+                    failure = Some(other);
+                    return Err(ferrocomm::Error::Capturing { what: "a step that failed during capture" }.into());
+                }
+            }
         }
         Ok(())
-    })?;
-    let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let timing = time_replays(&graph?, ops, runs.warmup, runs.replays)?;
     Ok(StepResult { shape, variant, timing })
 }
 
@@ -179,13 +235,24 @@ pub struct ShapeReport {
 
 impl ShapeReport {
     /// The median step time of `variant`, µs, if it was measured.
-    pub fn step_us(&self, variant: TpVariant) -> Option<f64> {
+    pub fn step_us(&self, variant: StepVariant) -> Option<f64> {
         self.steps.iter().find(|s| s.variant == variant).map(|s| s.timing.median_us())
     }
 }
 
-/// The report's README: what ran where, one row per shape, and how the figures were taken.
-pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeReport]) -> String {
+const NCCL: StepVariant = StepVariant::Nccl;
+const THREE: StepVariant = StepVariant::Library(TpVariant::ThreeKernels);
+const TWO: StepVariant = StepVariant::Library(TpVariant::TwoKernels);
+const FUSED: StepVariant = StepVariant::Library(TpVariant::Fused);
+
+/// The report's README: what ran where, one row per shape, and how the figures were taken; `nccl_missing`
+/// says why the NCCL variant was not measured, where it was not.
+pub fn report_markdown(
+    platform: &str,
+    ranks_per_gpu: usize,
+    nccl_missing: Option<&str>,
+    shapes: &[ShapeReport],
+) -> String {
     let mut out = String::from("# Tensor-parallel decode step\n\n");
     out += &format!(
         "Measured with `cargo run --release --example tp_decode -- --out DIR` on:\n\n```text\n{platform}```\n\n"
@@ -194,40 +261,49 @@ pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeRepo
         out += &format!(
             "> **One GPU: {ranks_per_gpu} ranks share it.** Their all-reduce never crosses NVLink and their kernels \
              share the SMs and the HBM, so these figures compare the variants' structure (kernels, launches, \
-             synchronisation), not a two-GPU step. NCCL does not run two ranks on one GPU, so variant 1 with \
-             NCCL's all-reduce is not here; `ThreeKernels` is the same structure with the library's all-reduce.\n\n"
+             synchronisation), not a two-GPU step.\n\n"
+        );
+    }
+    if let Some(why) = nccl_missing {
+        out += &format!(
+            "> **Variant 1 (NCCL) not measured:** {why}. `ThreeKernels` is the same structure with the library's \
+             all-reduce.\n\n"
         );
     }
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
         _ => "–".to_owned(),
     };
-    out += "| tokens | H = K | GEMV alone µs | GEMV HBM GB/s | of HBM peak | all-reduce alone µs | ThreeKernels µs \
-            | TwoKernels µs | Fused µs | Fused vs TwoKernels | Fused vs ThreeKernels |\n";
-    out += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    out += "| tokens | H = K | GEMV alone µs | GEMV HBM GB/s | of HBM peak | all-reduce alone µs | NCCL (variant 1) µs \
+            | ThreeKernels µs | TwoKernels µs | Fused µs | Fused vs NCCL | Fused vs TwoKernels | Fused vs ThreeKernels |\n";
+    out += "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for s in shapes {
         let us = |v| s.step_us(v).map_or("–".to_owned(), |u| format!("{u:.2}"));
-        let fused = s.step_us(TpVariant::Fused);
+        let fused = s.step_us(FUSED);
         let hbm = if s.gemv.on_gpus { format!("{:.0}", s.gemv.hbm_gbps()) } else { "–".to_owned() };
         let share = s.gemv.hbm_percent().map_or("–".to_owned(), |p| format!("{p:.0}%"));
         out += &format!(
-            "| {} | {} | {:.2} | {hbm} | {share} | {:.2} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.2} | {hbm} | {share} | {:.2} | {} | {} | {} | {} | {} | {} | {} |\n",
             s.gemv.shape.tokens,
             s.gemv.shape.hidden,
             s.gemv.timing.median_us(),
             s.all_reduce.median_us(),
-            us(TpVariant::ThreeKernels),
-            us(TpVariant::TwoKernels),
-            us(TpVariant::Fused),
-            ratio(s.step_us(TpVariant::TwoKernels), fused),
-            ratio(s.step_us(TpVariant::ThreeKernels), fused),
+            us(NCCL),
+            us(THREE),
+            us(TWO),
+            us(FUSED),
+            ratio(s.step_us(NCCL), fused),
+            ratio(s.step_us(TWO), fused),
+            ratio(s.step_us(THREE), fused),
         );
     }
     out += "\n- The step: `out = rmsnorm(all-reduce(x[tokens, K/world] · W[K/world, H]) + residual) · gamma`, bf16 \
             with f32 accumulation, every variant checked against the CPU reference before it is timed.\n\
-            - ThreeKernels: the GEMV, the sum of its splits, the library's all-reduce, a norm kernel. TwoKernels: \
-            the GEMV, then the all-reduce fused with the residual and the norm. Fused: one kernel, each block \
-            pushing its finished tile to the tile's owner, the reduction and the norm finishing as tiles arrive.\n\
+            - NCCL (variant 1): the GEMV, the sum of its splits, NCCL's all-reduce (f32, in place, on the rank's \
+            stream), a norm kernel, captured into one graph per rank: the CPU-orchestrated layer. ThreeKernels: the \
+            same kernels with the library's all-reduce. TwoKernels: the GEMV, then the all-reduce fused with the \
+            residual and the norm. Fused: one kernel, each block pushing its finished tile to the tile's owner, the \
+            reduction and the norm finishing as tiles arrive.\n\
             - Times: the median over graph replays of (replay time / steps per replay), host-timed from launch to \
             completion, the launch cost spread over the graph's steps. *Fused vs X*: X's time over Fused's (above 1, \
             Fused is faster).\n\
@@ -241,7 +317,8 @@ pub fn report_markdown(platform: &str, ranks_per_gpu: usize, shapes: &[ShapeRepo
 /// off the GPU).
 pub fn report_csv(shapes: &[ShapeReport]) -> String {
     let mut out = String::from(
-        "tokens,hidden,k,gemv_us,gemv_hbm_gbps,hbm_peak_gbps,all_reduce_us,three_kernels_us,two_kernels_us,fused_us\n",
+        "tokens,hidden,k,gemv_us,gemv_hbm_gbps,hbm_peak_gbps,all_reduce_us,nccl_us,three_kernels_us,two_kernels_us,\
+         fused_us\n",
     );
     for s in shapes {
         let us = |v| s.step_us(v).map_or(String::new(), |u| format!("{u:.3}"));
@@ -249,15 +326,16 @@ pub fn report_csv(shapes: &[ShapeReport]) -> String {
         let hbm = if s.gemv.on_gpus { format!("{:.1}", s.gemv.hbm_gbps()) } else { String::new() };
         let peak = s.gemv.hbm_peak_gbps.map_or(String::new(), |p| format!("{p:.1}"));
         out += &format!(
-            "{},{},{},{:.3},{hbm},{peak},{:.3},{},{},{}\n",
+            "{},{},{},{:.3},{hbm},{peak},{:.3},{},{},{},{}\n",
             shape.tokens,
             shape.hidden,
             shape.k,
             s.gemv.timing.median_us(),
             s.all_reduce.median_us(),
-            us(TpVariant::ThreeKernels),
-            us(TpVariant::TwoKernels),
-            us(TpVariant::Fused)
+            us(NCCL),
+            us(THREE),
+            us(TWO),
+            us(FUSED)
         );
     }
     out

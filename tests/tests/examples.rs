@@ -135,9 +135,19 @@ fn moe_dispatch_and_combine() {
 
 #[test]
 fn tensor_parallel_gemv_verified_and_timed() {
+    use ferrocomm_examples::nccl::NcclAllReduce;
+    use ferrocomm_examples::tp_decode::{
+        ShapeReport, StepVariant, all_reduce_alone, report_csv, report_markdown, step,
+    };
+    use ferrocomm_kernels::TpVariant;
     let team = emulated(2);
     let mut comm = Communicator::new(&team).unwrap();
-    use ferrocomm_examples::tp_decode::{ShapeReport, all_reduce_alone, report_csv, report_markdown};
+    // Variant 1 needs NCCL: on the emulator it is left out, saying why, and asking for it anyway is an error.
+    let why = match NcclAllReduce::open(&team) {
+        Ok(Err(why)) => why.to_string(),
+        other => panic!("NCCL on the emulator: {other:?}"),
+    };
+    assert!(why.contains("emulator"), "{why}");
     let mut shapes = Vec::new();
     for tokens in [1, 6] {
         let shape = ferrocomm_kernels::TpShape { tokens, hidden: 72, k: 16 };
@@ -145,24 +155,33 @@ fn tensor_parallel_gemv_verified_and_timed() {
         assert!(gemv.line().contains("verified") && !gemv.on_gpus, "{}", gemv.line());
         let all_reduce = ok(all_reduce_alone(&mut comm, shape, GraphRuns::EMULATOR, 5));
         let mut steps = Vec::new();
-        for variant in [ferrocomm_kernels::TpVariant::TwoKernels, ferrocomm_kernels::TpVariant::Fused] {
-            let r = ok(ferrocomm_examples::tp_decode::step(&mut comm, shape, variant, GraphRuns::EMULATOR, 4));
+        for variant in [TpVariant::TwoKernels, TpVariant::Fused].map(StepVariant::Library) {
+            let r = ok(step(&mut comm, shape, variant, None, GraphRuns::EMULATOR, 4));
             assert!(r.line().contains("verified"), "{}", r.line());
             steps.push(r);
         }
+        let refused = step(&mut comm, shape, StepVariant::Nccl, None, GraphRuns::EMULATOR, 4);
+        assert!(matches!(refused, Err(ExampleError::BadArgument(_))), "{refused:?}");
         shapes.push(ShapeReport { gemv, all_reduce, steps });
     }
-    // The report: a row per shape, no HBM figure off the GPU, no ratio for the variant not measured.
-    let text = report_markdown("emulated\n", 1, &shapes);
+    // The report: a row per shape, no HBM figure off the GPU, no ratio for the variants not measured, and
+    // why NCCL's is missing.
+    let text = report_markdown("emulated\n", 1, Some(&why), &shapes);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| 1 |") || l.starts_with("| 6 |")).collect();
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows.iter().all(|r| r.contains("| 72 |") && r.contains("| – |") && r.ends_with("| – |")), "{rows:?}");
     assert!(!text.contains("One GPU"), "one rank per GPU: no shared-GPU banner");
+    assert!(text.contains("Variant 1 (NCCL) not measured:") && text.contains(&why), "{text}");
     let csv = report_csv(&shapes);
     assert_eq!(csv.lines().count(), 3);
     let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
-    // No HBM figure or peak off the GPU; no three-kernel step measured.
-    assert_eq!((&first[..3], first[4], first[5], first[7]), (&["1", "72", "16"][..], "", "", ""), "{csv}");
+    // No HBM figure or peak off the GPU; neither NCCL's step nor the three-kernel one measured.
+    assert_eq!(
+        (&first[..3], first[4], first[5], first[7], first[8]),
+        (&["1", "72", "16"][..], "", "", "", ""),
+        "{csv}"
+    );
+    assert!(!first[9].is_empty() && !first[10].is_empty(), "{csv}");
 }
 
 #[test]

@@ -281,3 +281,37 @@ fn tensor_parallel_decode_at_full_and_awkward_shapes() {
         eprintln!("{shape:?}: the GEMV and three variants verified in {:.2?}", t.elapsed());
     }
 }
+
+/// Variant 1 of the decode step — the layer's kernels with NCCL's all-reduce between them, enqueued on the
+/// rank's own stream — against the CPU reference, directly and replayed from a graph. One rank on GPU 0:
+/// NCCL refuses two ranks on one GPU and wants one process per GPU, so this team has one process's rank;
+/// the two-GPU run checks the reduction itself (the example verifies before it times).
+#[test]
+fn decode_step_with_nccls_all_reduce_between_the_kernels() {
+    use ferrocomm_examples::ExampleError;
+    use ferrocomm_examples::nccl::NcclAllReduce;
+    use ferrocomm_examples::tp_decode::{StepVariant, step};
+    use ferrocomm_kernels::TpShape;
+    let Some((lock, _)) = gpu_team("decode_step_with_nccls_all_reduce_between_the_kernels") else { return };
+    let team = Team::builder().backend(Backend::Cuda).devices([0]).world(1).single_process().build().unwrap();
+    let mut comm = Communicator::new(&team).unwrap();
+    let nccl = match NcclAllReduce::open(&team).unwrap() {
+        Ok(nccl) => nccl,
+        Err(why) => {
+            eprintln!("skipped: NCCL cannot run here ({why})");
+            return;
+        }
+    };
+    for (i, (tokens, hidden)) in [(1, 8192), (4, 7168), (5, 7168 + 8), (16, 520)].into_iter().enumerate() {
+        let shape = TpShape { tokens, hidden, k: hidden };
+        let stepped = verify::tp_decode_by(&mut comm, shape, "nccl", i as u64, |comm, decode, inputs, out| {
+            decode.step_with_all_reduce(comm, inputs, out, |_, y| nccl.sum_in_place(y))
+        });
+        stepped.unwrap_or_else(|e: ExampleError| panic!("{e}"));
+    }
+    // Captured into the rank's graph and replayed, verified first.
+    let runs = ferrocomm_examples::all_reduce::GraphRuns { ops_per_graph: 3, warmup: 1, replays: 2 };
+    let shape = TpShape { tokens: 4, hidden: 8192, k: 8192 };
+    step(&mut comm, shape, StepVariant::Nccl, Some(&nccl), runs, 9).unwrap_or_else(|e| panic!("{e}"));
+    drop(lock);
+}

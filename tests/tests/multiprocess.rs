@@ -2,7 +2,7 @@
 //! 4 processes, each checking its own rank against the CPU reference; and every fault of a job of several
 //! processes, each a typed error on every surviving rank, never a hang: a rank that never joins, one that
 //! dies, mismatched world sizes, duplicate ranks, allocations that differ in size or order, different
-//! kernel modules.
+//! kernel modules. And bytes that rank 0 makes for another library's bootstrap reach every process.
 //!
 //! Each test starts its ranks as processes of this test binary, with the variables torchrun sets and
 //! `FERROCOMM_TEST_SCENARIO` naming what the rank does (the test `rank_process` runs it); a rank prints
@@ -142,6 +142,15 @@ fn trace_mode_across_processes_writes_a_trace_per_process_and_reports_a_hang() {
     assert_eq!(traces, 2, "one trace per process");
 }
 
+#[test]
+fn bytes_made_by_rank_zero_reach_every_process_and_its_failure_stops_them_all() {
+    let outputs = job("share", 3, &[0, 1, 2], no_env);
+    assert_all_ok(&outputs);
+    let outputs = job("share_fails", 3, &[0, 1, 2], no_env);
+    assert_all_fail(&outputs[..1], &["no id today"]);
+    assert_all_fail(&outputs[1..], &["rank 0 could not make", "the test's id"]);
+}
+
 /// One rank of a scenario, when this binary runs as a rank (else nothing: the test passes trivially).
 #[test]
 fn rank_process() {
@@ -215,6 +224,19 @@ fn play(scenario: &str) -> Result<(), Box<dyn std::error::Error>> {
             // Both processes are still there while rank 0 reads its errors; the reset is collective.
             pad.reset()?;
             assert!(team.is_traced() && !team.trace_events().is_empty());
+        }
+        "share" => {
+            // Only rank 0's `make` runs; every process gets its bytes.
+            let bytes = team.share_from_rank_zero("the test's id", || {
+                assert_eq!(rank, 0, "make ran on rank {rank}");
+                Ok(b"rank zero's id".to_vec())
+            })?;
+            assert_eq!(bytes, b"rank zero's id");
+        }
+        "share_fails" => {
+            team.share_from_rank_zero("the test's id", || {
+                Err(ferrocomm::Error::TeamConfig { reason: "no id today".into() })
+            })?;
         }
         other => panic!("no scenario {other}"),
     }

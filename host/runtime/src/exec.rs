@@ -9,6 +9,9 @@
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 
 use crate::error::Error;
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
@@ -126,6 +129,13 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
     fn make_current(&self, slot: usize) -> Result<(), Error> {
         let _ = slot;
         Ok(())
+    }
+
+    /// Local rank `slot`'s CUDA stream, for libraries that enqueue work of their own there (NCCL's
+    /// collectives); `None` where the backend has no streams.
+    fn cuda_stream(&self, slot: usize) -> Option<Arc<CudaStream>> {
+        let _ = slot;
+        None
     }
 
     /// The backend's name in errors.

@@ -61,7 +61,7 @@ mod host;
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
     Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, TP_RMS_EPS,
-    TUNING_ENV, TUNING_FILE_ENV, TpDecode, TpShape, TpVariant, Tuning, reference, verify,
+    TUNING_ENV, TUNING_FILE_ENV, TpDecode, TpInputs, TpShape, TpVariant, Tuning, reference, verify,
 };
 
 #[cfg(not(target_arch = "nvptx64"))]

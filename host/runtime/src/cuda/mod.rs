@@ -263,6 +263,10 @@ impl Exec for CudaTeam {
         self.bind(slot).map(|_| ())
     }
 
+    fn cuda_stream(&self, rank: usize) -> Option<Arc<CudaStream>> {
+        self.ranks.get(rank).map(|r| Arc::clone(&r.stream))
+    }
+
     fn name(&self) -> &'static str {
         "cuda"
     }

@@ -104,6 +104,30 @@ impl ProcessGroup {
         Ok(self.rdv.all_gather(what, bytes)?)
     }
 
+    /// The bytes rank 0 makes with `make`, in every rank: how a library bootstraps over the rendezvous (the
+    /// unique ids of NCCL and NVSHMEM). When rank 0's `make` fails, it returns that error and every other
+    /// rank [`Error::TeamConfig`] saying that rank 0 could not make `what`.
+    pub fn share_from_rank_zero(
+        &self,
+        what: &'static str,
+        make: impl FnOnce() -> Result<Vec<u8>, Error>,
+    ) -> Result<Vec<u8>, Error> {
+        let made = if self.rank() == 0 { Some(make()) } else { None };
+        // Rank 0 sends nothing when `make` failed, so that the others stop instead of waiting for it.
+        let mine = match &made {
+            Some(Ok(bytes)) => bytes.as_slice(),
+            _ => &[],
+        };
+        let mut all = self.all_gather(what, mine)?;
+        if let Some(Err(e)) = made {
+            return Err(e);
+        }
+        match all.swap_remove(0) {
+            bytes if bytes.is_empty() => Err(Error::TeamConfig { reason: format!("rank 0 could not make {what}") }),
+            bytes => Ok(bytes),
+        }
+    }
+
     /// Every rank states `statement` about `what`; unless all state the same, every rank returns
     /// [`Error::Disagreement`] with each rank's statement.
     pub fn agree(&self, what: &'static str, statement: &str) -> Result<(), Error> {

@@ -68,10 +68,9 @@ pub(crate) fn create(
 /// and each initialises on its GPU's context.
 fn init_nvshmem(group: &ProcessGroup, exec: &dyn Exec) -> Result<crate::nvshmem::Nvshmem, Error> {
     let (rank, world) = (group.rank(), group.world());
-    let mine = if rank == 0 { crate::nvshmem::unique_id()?.to_bytes() } else { Vec::new() };
-    let all = group.all_gather("NVSHMEM's unique id", &mine)?;
-    let id = crate::nvshmem::UniqueId::from_bytes(&all[0]).ok_or_else(|| Error::TeamConfig {
-        reason: format!("rank 0 sent {} bytes as NVSHMEM's unique id", all[0].len()),
+    let bytes = group.share_from_rank_zero("NVSHMEM's unique id", || Ok(crate::nvshmem::unique_id()?.to_bytes()))?;
+    let id = crate::nvshmem::UniqueId::from_bytes(&bytes).ok_or_else(|| Error::TeamConfig {
+        reason: format!("rank 0 sent {} bytes as NVSHMEM's unique id", bytes.len()),
     })?;
     exec.make_current(0)?;
     crate::nvshmem::Nvshmem::init(rank, world, &id)

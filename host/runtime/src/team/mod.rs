@@ -159,6 +159,31 @@ impl Team {
         self.shared.group.is_some()
     }
 
+    /// The CUDA stream that rank `rank` (one of this process's) launches on, so that another library's work
+    /// is ordered with the rank's kernels: NCCL's collectives enqueued there run after the launches before
+    /// them and before the launches after, and inside [`Team::capture`] they are recorded into the rank's
+    /// graph. [`Team::synchronize`] waits for them as for the team's own launches; their errors are the
+    /// other library's to report. `None` on the emulator.
+    pub fn cuda_stream(&self, rank: usize) -> Result<Option<Arc<cudarc::driver::CudaStream>>, Error> {
+        let slot = self.shared.slot(rank)?;
+        Ok(self.shared.exec.cuda_stream(slot))
+    }
+
+    /// The bytes that `make` returns in rank 0's process, in every process of the team: how another library
+    /// bootstraps over the team's own rendezvous (NCCL's unique id). `make` runs once, in rank 0's process;
+    /// if it fails there, that process gets its error and every other [`Error::TeamConfig`] naming `what`.
+    /// In a team of one process, `make`'s bytes.
+    pub fn share_from_rank_zero(
+        &self,
+        what: &'static str,
+        make: impl FnOnce() -> Result<Vec<u8>, Error>,
+    ) -> Result<Vec<u8>, Error> {
+        match &self.shared.group {
+            Some(group) => group.share_from_rank_zero(what, make),
+            None => make(),
+        }
+    }
+
     /// Waits until every rank's stream is idle and reads every rank's device error buffer.
     pub fn synchronize(&self) -> Result<(), Error> {
         self.shared.refuse_while_capturing("Team::synchronize")?;

@@ -211,20 +211,11 @@ impl TpDecode {
         let threads = (TP_WARPS * 32) as u32;
         match variant {
             TpVariant::ThreeKernels => {
-                let plan = self.plan;
-                comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;
-                let items = self.y.len().div_ceil(4);
-                let cfg = LaunchConfig::new(
-                    items.div_ceil(threads as usize).clamp(1, comm.tuning().max_blocks as usize) as u32,
-                    threads,
-                );
-                tp_decode::tp_split_sum::launch(comm.team(), cfg, &self.partials, &mut self.y, plan)?.wait()?;
-                comm.all_reduce(&mut self.y, Op::Sum)?.wait()?;
-                // A thread per 8 columns (up to 1024): each one's columns are a single load away.
-                let norm_threads = (hidden / 8).next_multiple_of(32).clamp(32, 1024);
-                let cfg = LaunchConfig::new(tokens as u32, norm_threads as u32)
-                    .with_shared_bytes(sum_across_block_bytes(1, norm_threads / 32) as u32);
-                tp_decode::tp_norm::launch(comm.team(), cfg, &self.y, residual, gamma, out, plan)?.wait()?;
+                let inputs = TpInputs { x, w, residual, gamma };
+                self.step_with_all_reduce(comm, inputs, out, |comm, y| -> Result<(), CommError> {
+                    comm.all_reduce(y, Op::Sum)?.wait()?;
+                    Ok(())
+                })?;
             }
             TpVariant::TwoKernels => {
                 let plan = self.plan;
@@ -272,4 +263,56 @@ impl TpDecode {
         }
         Ok(())
     }
+
+    /// The three-kernel step with `all_reduce` between its kernels: the GEMV, the sum of its splits into
+    /// `y` (this rank's `f32` partial output, padded to whole tiles: `tiles x tokens x TP_TILE_COLS`), then
+    /// `all_reduce(comm, y)`, which must leave the sum over the ranks in every rank's `y`, then the norm.
+    /// [`TpVariant::ThreeKernels`] passes the library's all-reduce; another library's, enqueued on each
+    /// rank's stream ([`ferrocomm::Team::cuda_stream`]), makes the CPU-orchestrated layer a stack without
+    /// GPU-initiated communication runs (NCCL's, say), captured into the same graph.
+    pub fn step_with_all_reduce<E: From<CommError>>(
+        &mut self,
+        comm: &mut Communicator<'_>,
+        inputs: TpInputs<'_>,
+        out: &mut SymBuffer<bf16>,
+        all_reduce: impl FnOnce(&mut Communicator<'_>, &mut SymBuffer<f32>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let TpInputs { x, w, residual, gamma } = inputs;
+        let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
+        exact_len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
+        exact_len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
+        exact_len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
+        let threads = (TP_WARPS * 32) as u32;
+        let plan = self.plan;
+        comm.tp_gemv(x, w, &mut self.partials, plan)?.wait().map_err(CommError::from)?;
+        let items = self.y.len().div_ceil(4);
+        let cfg = LaunchConfig::new(
+            items.div_ceil(threads as usize).clamp(1, comm.tuning().max_blocks as usize) as u32,
+            threads,
+        );
+        let summed = tp_decode::tp_split_sum::launch(comm.team(), cfg, &self.partials, &mut self.y, plan);
+        summed.map_err(CommError::from)?.wait().map_err(CommError::from)?;
+        all_reduce(comm, &mut self.y)?;
+        // A thread per 8 columns (up to 1024): each one's columns are a single load away.
+        let norm_threads = (hidden / 8).next_multiple_of(32).clamp(32, 1024);
+        let cfg = LaunchConfig::new(tokens as u32, norm_threads as u32)
+            .with_shared_bytes(sum_across_block_bytes(1, norm_threads / 32) as u32);
+        let normed = tp_decode::tp_norm::launch(comm.team(), cfg, &self.y, residual, gamma, out, plan);
+        normed.map_err(CommError::from)?.wait().map_err(CommError::from)?;
+        Ok(())
+    }
+}
+
+/// The operands of one decode step, on every rank: `x` (`tokens x k/world`, this rank's shard), `w`
+/// (`k/world x hidden`), `residual` (`tokens x hidden`) and `gamma` (`hidden`).
+#[derive(Debug, Clone, Copy)]
+pub struct TpInputs<'a> {
+    /// This rank's shard of the input activations.
+    pub x: &'a SymBuffer<bf16>,
+    /// This rank's rows of the weights, row-major.
+    pub w: &'a SymBuffer<bf16>,
+    /// The residual added before the norm.
+    pub residual: &'a SymBuffer<bf16>,
+    /// The norm's weights.
+    pub gamma: &'a SymBuffer<bf16>,
 }

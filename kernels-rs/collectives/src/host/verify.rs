@@ -375,15 +375,34 @@ pub fn tp_decode(
     variant: crate::TpVariant,
     seed: u64,
 ) -> Result<(), VerifyError> {
-    let mut step = crate::TpDecode::new(comm, shape)?;
+    tp_decode_by(comm, shape, &format!("{variant:?}"), seed, |comm, decode, inputs, out| {
+        let crate::TpInputs { x, w, residual, gamma } = inputs;
+        Ok(decode.step(comm, variant, x, w, residual, gamma, out)?)
+    })
+}
+
+/// [`tp_decode`] for a step that `step` runs, `name` saying which: a step the library's variants do not
+/// cover, such as [`TpDecode::step_with_all_reduce`](crate::TpDecode::step_with_all_reduce) with another
+/// library's all-reduce. `step` gets the operands and writes `out`, on every rank of this process.
+pub fn tp_decode_by<'t, E: From<VerifyError>>(
+    comm: &mut Communicator<'t>,
+    shape: crate::TpShape,
+    name: &str,
+    seed: u64,
+    mut step: impl FnMut(
+        &mut Communicator<'t>,
+        &mut crate::TpDecode,
+        crate::TpInputs<'_>,
+        &mut SymBuffer<bf16>,
+    ) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut decode = crate::TpDecode::new(comm, shape).map_err(VerifyError::from)?;
     let team = comm.team();
     let (tokens, hidden) = (shape.tokens, shape.hidden);
     let k_local = shape.k_local(comm.world());
-    let mut x = SymBuffer::<bf16>::new(team, tokens * k_local)?;
-    let mut w = SymBuffer::<bf16>::new(team, k_local * hidden)?;
-    let mut residual = SymBuffer::<bf16>::new(team, tokens * hidden)?;
-    let mut gamma = SymBuffer::<bf16>::new(team, hidden)?;
-    let mut out = SymBuffer::<bf16>::new(team, tokens * hidden)?;
+    let buffer = |len: usize| SymBuffer::<bf16>::new(team, len).map_err(VerifyError::from);
+    let (mut x, mut w) = (buffer(tokens * k_local)?, buffer(k_local * hidden)?);
+    let (mut residual, mut gamma, mut out) = (buffer(tokens * hidden)?, buffer(hidden)?, buffer(tokens * hidden)?);
     let (xs, ws) = (fill(&mut x, seed)?, fill(&mut w, seed ^ 0x5EED)?);
     // Residual and norm weights are the same on every rank (a replicated activation and parameter).
     let same = |buf: &mut SymBuffer<bf16>, s: u64| -> Result<Vec<bf16>, VerifyError> {
@@ -396,10 +415,11 @@ pub fn tp_decode(
     let (res, g) = (same(&mut residual, seed ^ 0xA11)?, same(&mut gamma, seed ^ 0xB22)?);
     let expected = reference::tp_decode(&xs, &ws, &res, &g, (tokens, hidden, crate::TP_RMS_EPS));
     for round in 0..2 {
-        step.step(comm, variant, &x, &w, &residual, &gamma, &mut out)?;
-        let what = format!("tensor-parallel decode {shape:?} {variant:?} round {round}");
+        let inputs = crate::TpInputs { x: &x, w: &w, residual: &residual, gamma: &gamma };
+        step(comm, &mut decode, inputs, &mut out)?;
+        let what = format!("tensor-parallel decode {shape:?} {name} round {round}");
         for rank in out.local_ranks() {
-            let found = out.to_host(rank)?;
+            let found = out.to_host(rank).map_err(VerifyError::from)?;
             let close = |e: &bf16, f: &bf16| (e.to_f32() - f.to_f32()).abs() <= e.to_f32().abs() / 64.0 + 1e-3;
             if let Some(index) = expected.iter().zip(&found).position(|(e, f)| !close(e, f)) {
                 return Err(VerifyError::Mismatch {
@@ -408,7 +428,8 @@ pub fn tp_decode(
                     index,
                     expected: format!("{:?}", expected[index]),
                     found: format!("{:?}", found[index]),
-                });
+                }
+                .into());
             }
         }
     }
