@@ -101,7 +101,10 @@ fn run(args: &Args) -> Result<(), ExampleError> {
                 .map_err(|e| ExampleError::BadArgument(format!("cannot write {}: {e}", dir.join(name).display())))
         };
         let ranks_per_gpu = shapes.first().map_or(1, |s| s.gemv.ranks_per_gpu);
-        write("README.md", report_markdown(&platform, ranks_per_gpu, nccl_missing.as_deref(), &shapes))?;
+        write(
+            "README.md",
+            report_markdown(&platform, (team.world(), ranks_per_gpu), nccl_missing.as_deref(), &shapes),
+        )?;
         write("data.csv", report_csv(&shapes))?;
         println!("report: {}", dir.join("README.md").display());
     }

@@ -51,10 +51,10 @@ fn nccl_error(what: impl Into<String>) -> impl FnOnce(NcclError) -> ExampleError
 impl NcclAllReduce {
     /// Opens a communicator for this process's rank of `team` (every process of the team calls it).
     ///
-    /// `Ok(Err(..))` where NCCL cannot run here: on the emulator, without `libnccl.so.2`, with several
-    /// ranks in this process (NCCL's calls for them would have to be grouped and captured into one graph,
-    /// and a team records one graph per rank: run one process per GPU under a launcher instead), or with
-    /// ranks sharing a GPU (NCCL refuses it: "Duplicate GPU detected").
+    /// `Ok(Err(..))` where NCCL cannot run here: on the emulator, without `libnccl.so.2`, with ranks
+    /// sharing a GPU (NCCL refuses it: "Duplicate GPU detected"), or with several ranks in this process
+    /// (NCCL's calls for them would have to be grouped and captured into one graph, and a team records one
+    /// graph per rank: run one process per GPU under a launcher instead).
     pub fn open(team: &Team) -> Result<Result<NcclAllReduce, NcclUnavailable>, ExampleError> {
         let unavailable = |why: String| Ok(Err(NcclUnavailable(why)));
         if team.backend() == Backend::Emulator {
@@ -63,6 +63,9 @@ impl NcclAllReduce {
         // SAFETY: only tries to dlopen the library by its usual names.
         if !unsafe { sys::is_culib_present() } {
             return unavailable("libnccl.so.2 was not found (pip install nvidia-nccl-cu13, or LD_LIBRARY_PATH)".into());
+        }
+        if crate::team::ranks_per_gpu(team) > 1 {
+            return unavailable("ranks share a GPU, which NCCL refuses (\"Duplicate GPU detected\")".into());
         }
         let local = team.local_ranks();
         let &[rank] = local.as_slice() else {
@@ -73,9 +76,6 @@ impl NcclAllReduce {
                 team.world()
             ));
         };
-        if crate::team::ranks_per_gpu(team) > 1 {
-            return unavailable("ranks share a GPU, which NCCL refuses (\"Duplicate GPU detected\")".into());
-        }
         let Some(stream) = team.cuda_stream(rank)? else {
             return unavailable("the team has no CUDA streams".into());
         };

@@ -8,10 +8,10 @@ use ferrocomm::{Backend, Device, Team, system};
 
 /// The team the examples run on: what `FERROCOMM_BACKEND` (default `auto`) and `FERROCOMM_WORLD` ask for,
 /// with at least two ranks — on a machine with one GPU, two ranks share it; on the emulator, a world of
-/// one becomes two.
+/// one becomes two. Under a launcher, the job's processes, however many the launcher started.
 pub fn open_team() -> Result<Team, ferrocomm::Error> {
     let team = Team::from_env()?;
-    if team.world() >= 2 {
+    if team.world() >= 2 || team.spans_processes() {
         return Ok(team);
     }
     // Communication needs a peer: ask again for two ranks (the builder places both on the one GPU).

@@ -249,7 +249,7 @@ const FUSED: StepVariant = StepVariant::Library(TpVariant::Fused);
 /// says why the NCCL variant was not measured, where it was not.
 pub fn report_markdown(
     platform: &str,
-    ranks_per_gpu: usize,
+    (world, ranks_per_gpu): (usize, usize),
     nccl_missing: Option<&str>,
     shapes: &[ShapeReport],
 ) -> String {
@@ -263,6 +263,11 @@ pub fn report_markdown(
              share the SMs and the HBM, so these figures compare the variants' structure (kernels, launches, \
              synchronisation), not a two-GPU step.\n\n"
         );
+    }
+    if world == 1 {
+        out += "> **One rank: nothing is communicated.** Every variant's all-reduce sums a single rank (NCCL's, in \
+                place, has nothing to do), so these figures show what each structure costs around the GEMV, not \
+                what communication costs or how well it hides.\n\n";
     }
     if let Some(why) = nccl_missing {
         out += &format!(

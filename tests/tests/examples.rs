@@ -166,11 +166,11 @@ fn tensor_parallel_gemv_verified_and_timed() {
     }
     // The report: a row per shape, no HBM figure off the GPU, no ratio for the variants not measured, and
     // why NCCL's is missing.
-    let text = report_markdown("emulated\n", 1, Some(&why), &shapes);
+    let text = report_markdown("emulated\n", (2, 1), Some(&why), &shapes);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| 1 |") || l.starts_with("| 6 |")).collect();
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows.iter().all(|r| r.contains("| 72 |") && r.contains("| – |") && r.ends_with("| – |")), "{rows:?}");
-    assert!(!text.contains("One GPU"), "one rank per GPU: no shared-GPU banner");
+    assert!(!text.contains("One GPU") && !text.contains("One rank"), "two ranks, one per GPU: no banner");
     assert!(text.contains("Variant 1 (NCCL) not measured:") && text.contains(&why), "{text}");
     let csv = report_csv(&shapes);
     assert_eq!(csv.lines().count(), 3);
