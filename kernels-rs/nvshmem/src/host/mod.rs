@@ -1,6 +1,13 @@
 //! The host side: buffers, launches and CPU references, written once for every team — the emulator's, and
 //! a team initialised with NVSHMEM on GPUs (`tests/tests/gpu_nvshmem.rs`). Every check reads back the ranks
-//! this process runs and compares them with the reference.
+//! this process runs and compares them with the reference. The bench's operations: [`NvshmemOps`].
+
+mod ops;
+
+pub use ops::{
+    BYTES_PER_BLOCK, NvshmemOps, byte_pattern, check_all_gather, check_all_reduce_sum, check_all_to_all,
+    check_ping_pong, check_put,
+};
 
 use ferrocomm::{Error, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
 
