@@ -1,7 +1,8 @@
 //! NVSHMEM on a GPU: a team of one PE initialised through NVSHMEM's unique-id bootstrap runs the NVSHMEM
-//! flavour of `ferrocomm-nvshmem-kernels` — put-with-signal and a one-shot all-reduce through NVSHMEM's
-//! device API, bound with `nvshmemx_cumodule_init` — and the results are checked against the CPU
-//! references the emulator test (`nvshmem_emulated.rs`) uses for the same kernels.
+//! flavour of `ferrocomm-nvshmem-kernels` — put-with-signal, a one-shot all-reduce and the bench's
+//! operations (`NvshmemOps`) through NVSHMEM's device API, bound with `nvshmemx_cumodule_init` — and the
+//! results are checked against the CPU references the emulator test (`nvshmem_emulated.rs`) uses for the
+//! same kernels.
 //!
 //! Skipped with a visible message without a GPU, or without NVSHMEM's host library (`python3 -m pip install
 //! nvidia-nvshmem-cu13==3.4.5`, or `FERROCOMM_NVSHMEM_LIB=<dir>`), or without the kernels' NVSHMEM flavour
@@ -17,8 +18,12 @@ use std::time::Duration;
 mod local_job;
 
 use ferrocomm::{Backend, Error, SymBuffer, Team, nvshmem, system};
+use ferrocomm_device::{bf16, f16};
 use ferrocomm_nvshmem_kernels::__FERROCOMM_MODULE as MODULE;
-use ferrocomm_nvshmem_kernels::host::{check_all_reduce, check_put_signal};
+use ferrocomm_nvshmem_kernels::host::{
+    BYTES_PER_BLOCK, NvshmemOps, check_all_gather, check_all_reduce, check_all_reduce_sum, check_all_to_all,
+    check_ping_pong, check_put, check_put_signal,
+};
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
 
@@ -104,6 +109,10 @@ fn one_pe_puts_signals_and_all_reduces_through_nvshmem() {
         check_all_reduce(&team, len, 256, 3).unwrap_or_else(|e| panic!("all-reduce, {len} elements: {e}"));
     }
 
+    // The bench's operations (the nvshmem mode's kernels), PE 0 to itself, at awkward sizes and over
+    // several blocks.
+    check_bench_operations(&team);
+
     // A buffer larger than the heap can grow to (NVSHMEM grows it on demand, up to the GPU's memory): a typed
     // error that names the variable and a size, and the team stays usable.
     let (heap, _) = nvshmem::heap_size().unwrap();
@@ -117,6 +126,25 @@ fn one_pe_puts_signals_and_all_reduces_through_nvshmem() {
         Ok(_) => panic!("NVSHMEM's heap of {heap} bytes gave {too_big} bytes"),
     }
     check_put_signal(&team, 64, 128, 1).unwrap_or_else(|e| panic!("put/signal after the heap error: {e}"));
+}
+
+/// Every operation of `NvshmemOps` on `team` against its CPU reference: 0, 1, odd sizes and messages of
+/// more than one block's chunk.
+fn check_bench_operations(team: &Team) {
+    let ops = NvshmemOps::new(team).unwrap();
+    for bytes in [0, 1, 4099, 3 * BYTES_PER_BLOCK + 5, 8 << 20] {
+        check_put(&ops, bytes, 2).unwrap_or_else(|e| panic!("put of {bytes} B: {e}"));
+        check_all_gather(&ops, bytes, 2).unwrap_or_else(|e| panic!("all-gather of {bytes} B: {e}"));
+        check_all_to_all(&ops, bytes, 2).unwrap_or_else(|e| panic!("all-to-all of {bytes} B: {e}"));
+    }
+    for bytes in [8, 1000, 65536] {
+        check_ping_pong(&ops, bytes, 100).unwrap_or_else(|e| panic!("ping-pong of {bytes} B: {e}"));
+    }
+    for len in [0, 1, 4099, 1 << 20] {
+        check_all_reduce_sum::<f32>(&ops, len, 3).unwrap_or_else(|e| panic!("all-reduce f32 x {len}: {e}"));
+        check_all_reduce_sum::<bf16>(&ops, len, 2).unwrap_or_else(|e| panic!("all-reduce bf16 x {len}: {e}"));
+    }
+    check_all_reduce_sum::<f16>(&ops, 777, 2).unwrap_or_else(|e| panic!("all-reduce f16: {e}"));
 }
 
 /// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
@@ -150,6 +178,7 @@ fn rank_process() {
         assert!(team.spans_processes() && team.world() == 2 && team.backend() == Backend::Cuda);
         check_put_signal(&team, 1000, 256, 3)?;
         check_all_reduce(&team, 333, 256, 3)?;
+        check_bench_operations(&team);
         Ok(())
     };
     let outcome = match played() {

@@ -10,14 +10,20 @@
 //! ferrocomm bench --ops all-reduce --modes gpu --out single
 //! ferrocomm launch -n 2 -- ferrocomm bench --ops all-reduce --merge single/data.json --out bench
 //! torchrun --no-python --nproc-per-node 2 ferrocomm bench --ops all-reduce --merge single/data.json --out bench
+//!
+//! # the NVSHMEM path (asked for by name): one PE on its own, or one PE per process under a launcher
+//! ferrocomm bench --modes nvshmem --out nvshmem-one-pe
+//! ferrocomm launch -n 2 -- ferrocomm bench --modes nvshmem --merge single/data.json --out bench
 //! ```
 //!
 //! Under a launcher (its variables set: torchrun, `ferrocomm launch`, mpirun, srun) every process runs the
 //! same sweep on the team of the job's processes, one rank each: the gpu mode's collectives, reported as
 //! the `gpu-procs` series. Only rank 0 prints the tables and writes the report; the other ranks measure the
-//! same points (their kernels are rank 0's peers) and print one line. The modes and operations that run in
-//! one process (proxy, cpu, nccl; ping-pong, put) are refused there with [`CliError::OneProcessOnly`];
-//! without `--modes` and `--ops` a launched run measures what it can.
+//! same points (their kernels are rank 0's peers) and print one line. `--modes nvshmem` runs every
+//! operation there, one PE per process (on its own the nvshmem mode is one PE, putting to itself). The
+//! modes and operations that run in one process (proxy, cpu, nccl; the gpu mode's ping-pong and put) are
+//! refused there with [`CliError::OneProcessOnly`]; without `--modes` and `--ops` a launched run measures
+//! what it can.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -57,7 +63,7 @@ pub struct BenchArgs {
     /// Operations to measure, comma-separated [default: all].
     #[arg(long, value_delimiter = ',', value_name = "OPS")]
     pub ops: Vec<Operation>,
-    /// Modes to compare, comma-separated [default: gpu,proxy,cpu,nccl].
+    /// Modes to compare, comma-separated [default: gpu,proxy,cpu,nccl; nvshmem runs only when named].
     #[arg(long, value_delimiter = ',', value_name = "MODES")]
     pub modes: Vec<Mode>,
     /// Message sizes: sizes (8, 64KiB), ranges doubling (8B..1GiB) or with a factor (8B..1GiB:4), comma-separated
@@ -276,7 +282,7 @@ impl BenchArgs {
 
     /// The modes to run, in the order given.
     pub fn modes(&self) -> Vec<Mode> {
-        if self.modes.is_empty() { Mode::RUNNABLE.to_vec() } else { dedup(&self.modes) }
+        if self.modes.is_empty() { Mode::DEFAULT.to_vec() } else { dedup(&self.modes) }
     }
 
     /// The proxy depths to run.
@@ -319,7 +325,7 @@ pub fn execute_with(args: &BenchArgs, opener: &mut dyn BackendOpener, command: &
             let mut modes = args.modes();
             if let Some(job) = &job {
                 refuse_one_process_only(args, job)?;
-                if args.ops.is_empty() {
+                if args.ops.is_empty() && !nvshmem_only(args) {
                     plan.ops.retain(|op| op.is_collective());
                 }
                 if args.modes.is_empty() {
@@ -418,13 +424,24 @@ fn read_data(path: &Path) -> Result<BenchData, CliError> {
     from_json(&text).map_err(|e| error(e.to_string()))
 }
 
+/// Whether only the nvshmem mode was asked for: under a launcher it runs every operation (one PE per
+/// process), where the gpu mode's `gpu-procs` series runs the collectives only.
+fn nvshmem_only(args: &BenchArgs) -> bool {
+    !args.modes.is_empty() && args.modes.iter().all(|m| *m == Mode::Nvshmem)
+}
+
 /// Under a launcher: the modes and operations asked for that run in one process, as an error.
 fn refuse_one_process_only(args: &BenchArgs, job: &JobEnv) -> Result<(), CliError> {
     let names = |items: Vec<String>| items.join(",");
-    let modes: Vec<String> =
-        dedup(&args.modes).into_iter().filter(|m| *m != Mode::Gpu).map(|m| m.to_string()).collect();
-    let ops: Vec<String> =
-        dedup(&args.ops).into_iter().filter(|op| !op.is_collective()).map(|op| op.to_string()).collect();
+    let modes: Vec<String> = dedup(&args.modes)
+        .into_iter()
+        .filter(|m| !matches!(m, Mode::Gpu | Mode::Nvshmem))
+        .map(|m| m.to_string())
+        .collect();
+    let ops: Vec<String> = match nvshmem_only(args) {
+        true => Vec::new(),
+        false => dedup(&args.ops).into_iter().filter(|op| !op.is_collective()).map(|op| op.to_string()).collect(),
+    };
     let mut what = Vec::new();
     if !modes.is_empty() {
         what.push(format!("--modes {}", names(modes)));

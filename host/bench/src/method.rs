@@ -124,7 +124,8 @@ pub fn measure_point(
         Some(probe) => Some(utilization_window(backend, probe, &request)?),
         None => None,
     };
-    let world = if op.is_collective() { backend.world() } else { 2 };
+    // Ping-pong and put run between two ranks, or a rank and itself in a team of one (the nvshmem mode's PE).
+    let world = if op.is_collective() { backend.world() } else { backend.world().min(2) };
     Ok(Measurement {
         op,
         mode: backend.mode(),

@@ -99,6 +99,9 @@ pub enum Mode {
     Cpu,
     /// NCCL, loaded at run time.
     Nccl,
+    /// Kernels that put with signals through NVSHMEM's device API (`ferrocomm-nvshmem-kernels`), NVSHMEM
+    /// loaded at run time: one PE per process.
+    Nvshmem,
     /// A figure measured elsewhere (e.g. torch symm_mem) and read from a file; never run by the tool.
     #[value(skip)]
     Anchor,
@@ -106,7 +109,11 @@ pub enum Mode {
 
 impl Mode {
     /// The modes the tool can run, in report order.
-    pub const RUNNABLE: [Mode; 4] = [Mode::Gpu, Mode::Proxy, Mode::Cpu, Mode::Nccl];
+    pub const RUNNABLE: [Mode; 5] = [Mode::Gpu, Mode::Proxy, Mode::Cpu, Mode::Nccl, Mode::Nvshmem];
+
+    /// The modes a run without `--modes` measures: all but `nvshmem`, which runs only when asked for (it
+    /// initialises NVSHMEM in the process, and in one process it is one PE putting to itself).
+    pub const DEFAULT: [Mode; 4] = [Mode::Gpu, Mode::Proxy, Mode::Cpu, Mode::Nccl];
 
     /// The short name used on the command line and in data files.
     pub fn name(self) -> &'static str {
@@ -115,6 +122,7 @@ impl Mode {
             Mode::Proxy => "proxy",
             Mode::Cpu => "cpu",
             Mode::Nccl => "nccl",
+            Mode::Nvshmem => "nvshmem",
             Mode::Anchor => "anchor",
         }
     }

@@ -19,7 +19,7 @@ fn the_default_sweep_is_every_op_mode_and_size_with_fewer_iterations_for_big_mes
     let a = args("").unwrap();
     let plan = a.plan();
     assert_eq!(plan.ops, Operation::ALL);
-    assert_eq!(a.modes(), Mode::RUNNABLE);
+    assert_eq!(a.modes(), Mode::DEFAULT);
     assert_eq!(plan.sizes, parse_sizes(DEFAULT_SIZES).unwrap());
     assert_eq!((plan.sizes.len(), plan.sizes[0], *plan.sizes.last().unwrap()), (28, 8, 1 << 30));
     assert_eq!((plan.iters, plan.warmup, plan.trials, plan.graph), (50, 10, 7, true));

@@ -1,5 +1,6 @@
-//! The `gpu` and `proxy` modes on the CPU emulator: the same kernels, the same backends, the same checks
-//! against the CPU references, and the sweep end to end into a report — everything but the GPUs' speed.
+//! The `gpu`, `proxy` and `nvshmem` modes on the CPU emulator: the same kernels, the same backends, the same
+//! checks against the CPU references, and the sweep end to end into a report — everything but the GPUs'
+//! speed (and, for `nvshmem`, NVSHMEM itself: the emulator runs the kernels' ordinary lowering).
 //! The proxy is served by host copies instead of copy engines; its rings, descriptors, signals and queue
 //! depths are the GPU path's.
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 use ferrocomm::{Backend as TeamBackend, Team, TraceWhat};
 use ferrocomm_bench::backend::{Backend, BackendError, BackendOpener, OpenConfig, Request};
 use ferrocomm_bench::ferro::gpu_mode::{GpuBackend, PING_MAX_BYTES, Variant, label_algorithm};
+use ferrocomm_bench::ferro::nvshmem_mode::NvshmemBackend;
 use ferrocomm_bench::ferro::proxy_mode::ProxyBackend;
 use ferrocomm_bench::ferro::{FerroBackends, LL_LABEL, grid};
 use ferrocomm_bench::method::{Plan, measure};
@@ -68,6 +70,33 @@ fn gpu_mode_checks_and_times_every_operation() {
         Err(BackendError::Unsupported { .. })
     ));
     assert!(gpu.notes().iter().any(|n| n.contains("%globaltimer stamp kernels")));
+}
+
+#[test]
+fn nvshmem_mode_checks_and_times_every_operation_on_one_and_two_pes() {
+    let one = Box::leak(Box::new(Team::builder().backend(TeamBackend::Emulator).world(1).build().unwrap()));
+    for team in [&*one, team()] {
+        let mut nvshmem = NvshmemBackend::new(team).unwrap();
+        assert_eq!((nvshmem.mode(), nvshmem.label(), nvshmem.world()), (Mode::Nvshmem, None, team.world()));
+        for op in Operation::ALL {
+            let dtype = if op.is_collective() { Dtype::Bf16 } else { Dtype::U8 };
+            nvshmem.verify(op, dtype).unwrap_or_else(|e| panic!("{op} on {} PE(s): {e}", team.world()));
+        }
+        nvshmem.verify(Operation::AllReduce, Dtype::F32).unwrap();
+        assert!(matches!(nvshmem.verify(Operation::AllReduce, Dtype::U8), Err(BackendError::Unsupported { .. })));
+        // Graphs of launches (the ping-pong: one launch of the trial's round trips), and --no-graph.
+        for op in Operation::ALL {
+            for graph in [true, false] {
+                let r = Request { graph, ..request(op, 3000, 3) };
+                let t = nvshmem.run(&r).unwrap_or_else(|e| panic!("{op} graph {graph}: {e}"));
+                assert!(t.us_per_op.is_finite() && t.us_per_op > 0.0 && t.graph == graph, "{op}: {t:?}");
+                assert!(t.sms_used.is_some_and(|s| s >= 1), "{op}: {t:?}");
+            }
+        }
+        let note = nvshmem.notes().join(" ");
+        assert!(note.contains("nvshmemx_putmem_signal_nbi_block"), "{note}");
+        assert_eq!(note.contains("one PE in this process"), team.world() == 1, "{note}");
+    }
 }
 
 #[test]

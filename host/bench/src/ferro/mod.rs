@@ -15,6 +15,7 @@
 //! | [`ring`] | the proxy's rings in pinned host-mapped memory, from the host's side |
 //! | [`proxy_thread`] | the proxy thread and its copy engines (CUDA, or host copies for the emulator) |
 //! | [`proxy_mode`] | the `proxy` backend |
+//! | [`nvshmem_mode`] | the `nvshmem` backend: the bench's operations through NVSHMEM's device API, one PE per process |
 //!
 //! Both modes borrow a `ferrocomm::Team`, which lives for the rest of the process: one per set of GPUs,
 //! shared by every backend opened on it ([`bench_team`]), so sweeping several modes and depths creates (and
@@ -24,12 +25,14 @@
 //!
 //! Under a launcher ([`job_env`] is `Some`: torchrun, `ferrocomm launch`, mpirun, srun) the process is one
 //! rank of a team that spans the job's processes, and the gpu mode runs its `gpu-procs` series there
-//! ([`PROCS_LABEL`]): the same collectives, each process launching and timing its own rank. The other
-//! modes, variants and operations run in one process and refuse with [`BackendError::OneProcessOnly`].
+//! ([`PROCS_LABEL`]): the same collectives, each process launching and timing its own rank; the nvshmem
+//! mode runs every operation there, one PE per process. The other modes, variants and operations run in one
+//! process and refuse with [`BackendError::OneProcessOnly`].
 
 pub mod checks;
 pub mod gpu_mode;
 pub mod grid;
+pub mod nvshmem_mode;
 pub mod proxy_mode;
 pub mod proxy_thread;
 pub mod ring;
@@ -85,6 +88,9 @@ impl BackendOpener for FerroBackends {
                 (Mode::Gpu, Some(PROCS_LABEL)) => {
                     Ok(Box::new(gpu_mode::GpuBackend::open(config, gpu_mode::Variant::Procs)?))
                 }
+                (Mode::Nvshmem, None) => {
+                    Ok(Box::new(nvshmem_mode::NvshmemBackend::new(process_team(mode, config, job, true)?)?))
+                }
                 (Mode::Anchor, _) => self.builtin.open(mode, config),
                 (mode, variant) => {
                     let series = crate::model::Series { mode, label: variant.map(str::to_owned), queue_depth: None };
@@ -119,6 +125,7 @@ impl BackendOpener for FerroBackends {
                     .into(),
             }),
             (Mode::Proxy, None) => Ok(Box::new(proxy_mode::ProxyBackend::open(config)?)),
+            (Mode::Nvshmem, None) => Ok(Box::new(nvshmem_mode::NvshmemBackend::new(nvshmem_pe_team(config)?)?)),
             (Mode::Cpu | Mode::Nccl | Mode::Anchor, None) => self.builtin.open(mode, config),
             (Mode::Nccl, Some(crate::gpu::nccl_mode::EAGER_LABEL)) => self.builtin.open(mode, config),
             (mode, Some(variant)) => Err(BackendError::NotAvailable {
@@ -159,8 +166,12 @@ type TeamKey = (Vec<usize>, usize, bool);
 /// Teams created so far, by GPU list and ranks per GPU; each lives until the process exits.
 static TEAMS: Mutex<Vec<(TeamKey, &'static Team)>> = Mutex::new(Vec::new());
 
-/// The team that spans the job's processes, once joined (one per process: joining is collective).
-static PROCESS_TEAM: Mutex<Option<&'static Team>> = Mutex::new(None);
+/// The team that spans the job's processes, once joined (one per process: joining is collective), and
+/// whether it was initialised with NVSHMEM.
+static PROCESS_TEAM: Mutex<Option<(&'static Team, bool)>> = Mutex::new(None);
+
+/// The nvshmem mode's one-PE team of a process on its own (NVSHMEM initialises once per process).
+static NVSHMEM_TEAM: Mutex<Option<&'static Team>> = Mutex::new(None);
 
 /// The team the ferro modes run on, created on first use and shared afterwards. It lives for the rest of
 /// the process because the backends borrow it (a `Communicator` holds `&Team`); everything a backend
@@ -175,7 +186,7 @@ static PROCESS_TEAM: Mutex<Option<&'static Team>> = Mutex::new(None);
 ///   (`ferrocomm launch --emulator` sets it to the emulator).
 pub fn bench_team(mode: Mode, config: &OpenConfig) -> Result<&'static Team, BackendError> {
     if let Some(job) = job_env(mode)? {
-        return process_team(mode, config, job);
+        return process_team(mode, config, job, false);
     }
     single_process_team(mode, config, false)
 }
@@ -211,13 +222,47 @@ fn single_process_team(mode: Mode, config: &OpenConfig, traced: bool) -> Result<
     Ok(team)
 }
 
-/// Joins the job `job` (once per process) with the bench's timeout.
-fn process_team(mode: Mode, config: &OpenConfig, job: JobEnv) -> Result<&'static Team, BackendError> {
-    let mut slot = PROCESS_TEAM.lock().unwrap_or_else(PoisonError::into_inner);
+/// The single-process team of the nvshmem mode: one PE (NVSHMEM runs one per process) on the first GPU of
+/// `config.gpus` (GPU 0 when `None`), initialised with NVSHMEM once per process.
+fn nvshmem_pe_team(config: &OpenConfig) -> Result<&'static Team, BackendError> {
+    let mut slot = NVSHMEM_TEAM.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(team) = *slot {
         return Ok(team);
     }
-    let mut builder = Team::builder().job(job).timeout(TEAM_TIMEOUT);
+    let gpu = config.gpus.as_ref().and_then(|g| g.first().copied()).unwrap_or(0);
+    let team = Team::builder()
+        .single_process()
+        .backend(TeamBackend::Cuda)
+        .devices([gpu])
+        .world(1)
+        .nvshmem(true)
+        .timeout(TEAM_TIMEOUT)
+        .build()
+        .map_err(runtime(Mode::Nvshmem))?;
+    let team: &'static Team = Box::leak(Box::new(team));
+    *slot = Some(team);
+    Ok(team)
+}
+
+/// Joins the job `job` (once per process) with the bench's timeout, initialising NVSHMEM for it when
+/// `nvshmem` says so. Joining is collective and happens once: a mode that wants the other kind of team
+/// than the one joined is refused.
+fn process_team(mode: Mode, config: &OpenConfig, job: JobEnv, nvshmem: bool) -> Result<&'static Team, BackendError> {
+    let mut slot = PROCESS_TEAM.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((team, joined_with_nvshmem)) = *slot {
+        if joined_with_nvshmem != nvshmem {
+            let (with, without) = if nvshmem { ("with", "without") } else { ("without", "with") };
+            return Err(BackendError::NotAvailable {
+                mode,
+                reason: format!(
+                    "{mode} needs the job's team {with} NVSHMEM, and this run joined it {without}; under a launcher, \
+                     run --modes nvshmem and --modes gpu in separate runs (merge their data.json with --merge)"
+                ),
+            });
+        }
+        return Ok(team);
+    }
+    let mut builder = Team::builder().job(job).timeout(TEAM_TIMEOUT).nvshmem(nvshmem);
     let backend_chosen =
         std::env::var(ferrocomm::team::BACKEND_ENV).is_ok_and(|v| !v.trim().is_empty() && v.trim() != "auto");
     if !backend_chosen {
@@ -229,7 +274,7 @@ fn process_team(mode: Mode, config: &OpenConfig, job: JobEnv) -> Result<&'static
     }
     let team = builder.build().map_err(runtime(mode))?;
     let team: &'static Team = Box::leak(Box::new(team));
-    *slot = Some(team);
+    *slot = Some((team, nvshmem));
     Ok(team)
 }
 

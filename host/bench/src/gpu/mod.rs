@@ -42,9 +42,9 @@ impl BackendOpener for BuiltinBackends {
                 };
                 Ok(Box::new(nccl_mode::NcclBackend::open(&placement()?, eager)?))
             }
-            Mode::Gpu | Mode::Proxy => Err(BackendError::NotAvailable {
+            Mode::Gpu | Mode::Proxy | Mode::Nvshmem => Err(BackendError::NotAvailable {
                 mode,
-                reason: "BuiltinBackends opens cpu and nccl only; open gpu and proxy with \
+                reason: "BuiltinBackends opens cpu and nccl only; open gpu, proxy and nvshmem with \
                          ferrocomm_bench::ferro::FerroBackends"
                     .into(),
             }),

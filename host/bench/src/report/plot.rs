@@ -38,6 +38,7 @@ pub(super) const GPU: [RGBColor; 2] = [RGBColor(214, 39, 40), RGBColor(255, 152,
 pub(super) const PROXY: [RGBColor; 3] = [RGBColor(255, 127, 14), RGBColor(188, 95, 10), RGBColor(255, 187, 120)];
 pub(super) const CPU: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(174, 199, 232)];
 pub(super) const NCCL: [RGBColor; 2] = [RGBColor(44, 160, 44), RGBColor(152, 223, 138)];
+pub(super) const NVSHMEM: [RGBColor; 2] = [RGBColor(23, 128, 128), RGBColor(127, 201, 201)];
 pub(super) const ANCHOR: [RGBColor; 5] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
@@ -57,12 +58,13 @@ pub fn series_colors(data: &BenchData, op: Operation) -> Vec<(Series, RGBColor)>
             Mode::Proxy => &PROXY,
             Mode::Cpu => &CPU,
             Mode::Nccl => &NCCL,
+            Mode::Nvshmem => &NVSHMEM,
             Mode::Anchor => &ANCHOR,
         };
         let free = preferred
             .iter()
             .chain(SPARE.iter())
-            .chain(GPU.iter().chain(&PROXY).chain(&CPU).chain(&NCCL).chain(&ANCHOR))
+            .chain(GPU.iter().chain(&PROXY).chain(&CPU).chain(&NCCL).chain(&NVSHMEM).chain(&ANCHOR))
             .find(|c| !out.iter().any(|(_, used)| used == *c));
         let color = free.copied().unwrap_or(BLACK);
         out.push((series, color));

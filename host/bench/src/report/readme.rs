@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::crossover;
-use crate::model::BenchData;
+use crate::model::{BenchData, Measurement};
 use crate::report::plot::PlotKind;
 use crate::report::table::{self, Figure};
 
@@ -78,6 +78,17 @@ SMs. These figures compare the modes' overheads (launch, synchronisation, protoc
 does not run two ranks on one GPU. The two-GPU report is the one to read for NVLink figures.
 ";
 
+/// The warning that opens a report of one rank talking to itself (the nvshmem mode's one PE, and the
+/// `self 1 PE` anchors).
+pub const ONE_RANK_BANNER: &str = "\
+> **One rank: every figure here is intra-GPU.** NVSHMEM runs one PE per process, and on its own the bench \
+is one PE: its puts and ping-pongs go to itself and its collectives move one PE's data, through the GPU's own \
+memory, never over NVLink (busbw, which counts traffic between ranks, is 0). These figures are the cost of \
+the path (launch, NVSHMEM's put-with-signal, signal polls, quiet), beside NVSHMEM's own figures for one PE \
+where the anchors have them. Under a launcher (`ferrocomm launch -n N -- ferrocomm bench --modes nvshmem`) \
+each process is a PE.
+";
+
 /// The Method paragraph on the `gpu-procs` series, when the data has it.
 pub const PROCS_METHOD: &str = "\
 - gpu-procs (ferrocomm gpu, one process per GPU): the gpu mode's collectives with one process per rank, \
@@ -132,8 +143,10 @@ pub fn readme(data: &BenchData, plots: &[String]) -> String {
         let _ = writeln!(out, "\nTool: {}.", meta.tool);
     }
 
-    if data.measurements.iter().any(|m| m.intra_gpu) {
-        let _ = write!(out, "\n{INTRA_GPU_BANNER}");
+    let intra_gpu: Vec<&Measurement> = data.measurements.iter().filter(|m| m.intra_gpu).collect();
+    if !intra_gpu.is_empty() {
+        let one_rank = intra_gpu.iter().all(|m| m.world == 1);
+        let _ = write!(out, "\n{}", if one_rank { ONE_RANK_BANNER } else { INTRA_GPU_BANNER });
     }
 
     let (headers, rows) = table::headline(data, Figure::BackToBack);

@@ -95,6 +95,9 @@ pub fn caption(data: &BenchData, op: Operation) -> String {
     let first = data.measurements.iter().find(|m| m.op == op && m.mode != Mode::Anchor);
     let first = first.or_else(|| data.measurements.iter().find(|m| m.op == op));
     match first {
+        Some(m) if m.intra_gpu && m.world == 1 => {
+            format!("{} — {}, one rank to itself (intra-GPU)", op.title(), m.dtype)
+        }
         Some(m) if m.intra_gpu => format!("{} — {}, {} ranks on one GPU (intra-GPU)", op.title(), m.dtype, m.world),
         Some(m) => format!("{} — {}, {} GPUs", op.title(), m.dtype, m.world),
         None => op.title().to_owned(),
@@ -259,10 +262,11 @@ pub fn percent_longer(procs: f64, single: f64) -> String {
     if pct < 0.0 { format!("−{:.1} %", -pct) } else { format!("+{pct:.1} %") }
 }
 
-/// A headline cell without the variant: the figure, and bus bandwidth for large messages.
+/// A headline cell without the variant: the figure, and bus bandwidth for large messages (a team of one
+/// rank has no bus to measure).
 fn cell_plain((m, us): (&Measurement, f64)) -> String {
     let mut s = format!("{} µs", fmt_num(us));
-    if m.bytes >= 16 << 20 {
+    if m.bytes >= 16 << 20 && m.world > 1 {
         s += &format!(" · {} GB/s", fmt_num(crate::bandwidth::busbw_gbps(m.op, m.world, m.bytes, us)));
     }
     s
@@ -450,6 +454,39 @@ mod tests {
         // SM activity measured; the link counters absent (one GPU in a VM): a dash, not a zero.
         assert_eq!(&cells[HEADERS.len()..], ["42.00", "–"]);
         assert_eq!(&row_for(&data, &data.measurements[0])[HEADERS.len()..], ["–", "–"]);
+    }
+
+    #[test]
+    fn one_rank_to_itself_is_captioned_so_and_shows_no_bus_bandwidth() {
+        use crate::model::{Dtype, Measurement};
+        let m = Measurement {
+            op: Operation::AllGather,
+            mode: Mode::Nvshmem,
+            label: None,
+            world: 1,
+            bytes: 64 << 20,
+            dtype: Dtype::Bf16,
+            iterations: 10,
+            trials: 3,
+            median_us: 100.0,
+            min_us: 99.0,
+            max_us: 101.0,
+            algbw_gbps: 671.0,
+            busbw_gbps: 0.0,
+            host_cpu_us_per_op: None,
+            sms_used: Some(32),
+            queue_depth: None,
+            graph: true,
+            intra_gpu: true,
+            isolated: None,
+            utilization: None,
+        };
+        let mut data = BenchData { measurements: vec![m.clone()], ..BenchData::default() };
+        assert_eq!(caption(&data, Operation::AllGather), "All-gather — bf16, one rank to itself (intra-GPU)");
+        assert_eq!(cell_plain((&m, 100.0)), "100.0 µs");
+        data.measurements[0].world = 2;
+        assert!(caption(&data, Operation::AllGather).ends_with("2 ranks on one GPU (intra-GPU)"));
+        assert!(cell_plain((&data.measurements[0], 100.0)).contains("GB/s"));
     }
 
     #[test]
