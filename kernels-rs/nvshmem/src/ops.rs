@@ -23,8 +23,9 @@ pub fn chunk(n: usize, block: usize, blocks: usize) -> (usize, usize) {
     (start, (start + per).min(n))
 }
 
-/// The most blocks an operation's grid may have.
-pub const MAX_OPS_BLOCKS: usize = 32;
+/// The most blocks an operation's grid may have (one per SM of the GPUs the kernels run on, at most: blocks
+/// wait for their counterparts on other ranks, so each rank's grid must be resident at once).
+pub const MAX_OPS_BLOCKS: usize = 128;
 
 /// The signal block `block` of rank `rank` raises on every rank it writes to.
 #[inline(always)]

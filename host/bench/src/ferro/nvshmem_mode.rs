@@ -17,10 +17,10 @@ use ferrocomm::{SymBuffer, Team, TeamGraph};
 use ferrocomm_device::{bf16, f16};
 use ferrocomm_kernels::{CommError, Communicator};
 use ferrocomm_nvshmem_kernels::host::{
-    BYTES_PER_BLOCK, CheckError, NvshmemOps, check_all_gather, check_all_reduce_sum, check_all_to_all, check_ping_pong,
-    check_put,
+    BYTES_PER_BLOCK, CheckError, NvshmemOps, PING_WARP_MAX_BYTES, REDUCE_BYTES_PER_BLOCK, check_all_gather,
+    check_all_reduce_sum, check_all_to_all, check_ping_pong, check_put,
 };
-use ferrocomm_nvshmem_kernels::ops::{Summand, nvshmem_all_reduce_sum};
+use ferrocomm_nvshmem_kernels::ops::{MAX_OPS_BLOCKS, Summand, nvshmem_all_reduce_sum};
 
 use super::timed::{Pattern, Stamps};
 use super::{comm, describe_team, iters_u32, runtime};
@@ -75,12 +75,12 @@ impl NvshmemBackend {
 
     fn blocks(&self, request: &Request) -> u32 {
         let world = self.team.world() as u64;
-        let per_destination = match request.op {
-            Operation::AllGather | Operation::AllToAll => request.bytes / world,
-            Operation::PingPong => return 1,
-            Operation::PutBandwidth | Operation::AllReduce => request.bytes,
-        };
-        self.ops.blocks(per_destination as usize)
+        match request.op {
+            Operation::AllGather | Operation::AllToAll => self.ops.blocks((request.bytes / world) as usize),
+            Operation::PingPong => 1,
+            Operation::PutBandwidth => self.ops.blocks(request.bytes as usize),
+            Operation::AllReduce => self.ops.reduce_blocks(request.bytes as usize),
+        }
     }
 
     /// Captures `request`'s trial unless the cached graph is for it (the old one dropped first, freeing its
@@ -254,11 +254,16 @@ impl Backend for NvshmemBackend {
         };
         vec![format!(
             "nvshmem: kernels that put with signals through NVSHMEM's device API (ferrocomm-nvshmem-kernels: \
-             nvshmemx_putmem_signal_nbi_block, signal polls, nvshmem_quiet), {pes}. A block per {} KiB of each \
-             destination's message, up to 32; the all-reduce is one-shot (every PE's data to every PE, summed in \
-             f32). Timed as the gpu series: a trial's launches in one CUDA graph between %globaltimer stamps; the \
-             ping-pong is one launch of the trial's round trips.",
-            BYTES_PER_BLOCK >> 10
+             nvshmemx_putmem_signal_nbi_block, signal polls, nvshmem_quiet), {pes}. A block of 512 threads per {} \
+             KiB of each destination's message, up to one per SM ({} at most); the all-reduce is one-shot (every \
+             PE's data to every PE, summed in f32), a block per {} KiB; the ping-pong one block, a warp up to {} \
+             KiB. Timed as the gpu series: a trial's launches in one CUDA graph between %globaltimer stamps (so \
+             each put or collective includes its launch, where NVSHMEM's own put figures divide one kernel's time \
+             by the puts it issued); the ping-pong is one launch of the trial's round trips.",
+            BYTES_PER_BLOCK >> 10,
+            MAX_OPS_BLOCKS,
+            REDUCE_BYTES_PER_BLOCK >> 10,
+            PING_WARP_MAX_BYTES >> 10,
         )]
     }
 }

@@ -5,8 +5,8 @@
 mod ops;
 
 pub use ops::{
-    BYTES_PER_BLOCK, NvshmemOps, byte_pattern, check_all_gather, check_all_reduce_sum, check_all_to_all,
-    check_ping_pong, check_put,
+    BYTES_PER_BLOCK, NvshmemOps, PING_WARP_MAX_BYTES, REDUCE_BYTES_PER_BLOCK, byte_pattern, check_all_gather,
+    check_all_reduce_sum, check_all_to_all, check_ping_pong, check_put,
 };
 
 use ferrocomm::{Error, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};

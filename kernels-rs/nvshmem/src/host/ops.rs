@@ -1,19 +1,26 @@
 //! [`NvshmemOps`]: the bench's operations through NVSHMEM's device API ([`crate::ops`]) on a team, and
 //! their checks against CPU references, at any size, on every rank this process runs.
 
-use ferrocomm::{Backend, Error, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
+use ferrocomm::{Backend, Device, Error, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
 
 use super::{CheckError, compare};
 use crate::ops::{self, MAX_OPS_BLOCKS, Summand};
 
 /// Bytes of a message per block of an operation's grid (a block's put-with-signal moves one chunk).
 pub const BYTES_PER_BLOCK: usize = 64 << 10;
+/// Bytes per block of the all-reduce, whose blocks also sum what arrived: smaller chunks keep each thread's
+/// loop short (its loads are not hidden behind others).
+pub const REDUCE_BYTES_PER_BLOCK: usize = 8 << 10;
+/// Payloads up to this many bytes ping-pong with one warp: a smaller block synchronises faster around each
+/// put, and one warp's stores carry such a payload in a few instructions.
+pub const PING_WARP_MAX_BYTES: usize = 4 << 10;
 
 /// The bench's operations through NVSHMEM on one team: the grids, and a signal pad per operation.
 #[derive(Debug)]
 pub struct NvshmemOps<'t> {
     team: &'t Team,
     threads: u32,
+    max_blocks: usize,
     put_pad: SignalPadBuffer,
     gather_pad: SignalPadBuffer,
     exchange_pad: SignalPadBuffer,
@@ -25,8 +32,16 @@ impl<'t> NvshmemOps<'t> {
     pub fn new(team: &'t Team) -> Result<NvshmemOps<'t>, Error> {
         let signals = team.world() * MAX_OPS_BLOCKS;
         let pad = |name: &str| SignalPadBuffer::new(team, name, signals);
+        // Every block of a rank's grid must be resident at once: one block per multiprocessor at most.
+        let mut max_blocks = MAX_OPS_BLOCKS;
+        for rank in team.local_ranks() {
+            if let Device::Cuda { ordinal } = team.device(rank)? {
+                max_blocks = max_blocks.min(ferrocomm::system::gpu(ordinal)?.multiprocessors as usize);
+            }
+        }
         Ok(NvshmemOps {
             team,
+            max_blocks,
             // The emulator runs every GPU thread as a host thread: fewer of them keep its checks quick.
             threads: if team.backend() == Backend::Cuda { 512 } else { 32 },
             put_pad: pad("nvshmem.ops.put")?,
@@ -42,9 +57,18 @@ impl<'t> NvshmemOps<'t> {
     }
 
     /// Blocks of the grid that moves a message of `bytes` (per destination): one per [`BYTES_PER_BLOCK`],
-    /// 1 ..= [`MAX_OPS_BLOCKS`].
+    /// 1 ..= [`MAX_OPS_BLOCKS`] and no more than the GPU's multiprocessors.
     pub fn blocks(&self, bytes: usize) -> u32 {
-        bytes.div_ceil(BYTES_PER_BLOCK).clamp(1, MAX_OPS_BLOCKS) as u32
+        self.blocks_of(bytes, BYTES_PER_BLOCK)
+    }
+
+    /// Blocks of the all-reduce of `bytes`: one per [`REDUCE_BYTES_PER_BLOCK`], within the same bounds.
+    pub fn reduce_blocks(&self, bytes: usize) -> u32 {
+        self.blocks_of(bytes, REDUCE_BYTES_PER_BLOCK)
+    }
+
+    fn blocks_of(&self, bytes: usize, per_block: usize) -> u32 {
+        bytes.div_ceil(per_block).clamp(1, self.max_blocks) as u32
     }
 
     fn grid(&self, bytes: usize) -> LaunchConfig {
@@ -78,7 +102,8 @@ impl<'t> NvshmemOps<'t> {
         (a, b): (usize, usize),
         iters: u32,
     ) -> Result<LaunchGuard<'a>, Error> {
-        let (cfg, (a, b)) = (LaunchConfig::new(1, self.threads), (a as u32, b as u32));
+        let threads = if payload.len() <= PING_WARP_MAX_BYTES { 32 } else { self.threads };
+        let (cfg, (a, b)) = (LaunchConfig::new(1, threads), (a as u32, b as u32));
         ops::nvshmem_ping_pong::launch(self.team, cfg, payload.bytes(), inbox.bytes_mut(), pad, a, b, iters)
     }
 
@@ -109,7 +134,7 @@ impl<'t> NvshmemOps<'t> {
         data: &'a mut SymBuffer<T>,
         stage: &'a mut SymBuffer<T>,
     ) -> Result<LaunchGuard<'a>, Error> {
-        let cfg = self.grid(data.len() * size_of::<T>());
+        let cfg = LaunchConfig::new(self.reduce_blocks(data.len() * size_of::<T>()), self.threads);
         ops::nvshmem_all_reduce_sum::launch(self.team, cfg, data, stage, &self.reduce_pad)
     }
 
