@@ -1,4 +1,4 @@
-//! The NVSHMEM link path, checked without a GPU: the test kernels crate `ferrocomm-nvshmem-kernels` is built
+//! The NVSHMEM link path, checked without a GPU: the kernels crate `ferrocomm-nvshmem-kernels` is built
 //! both ways from one source — ordinary PTX, and linked with NVSHMEM's `libnvshmem_device.bc` — and the
 //! linked modules assemble with ptxas for sm_80 and sm_90, carry NVSHMEM's version and device state, and
 //! define (not just declare) the NVSHMEM functions the kernels call.

@@ -13,7 +13,7 @@ pub const BYTES_PER_BLOCK: usize = 64 << 10;
 pub const REDUCE_BYTES_PER_BLOCK: usize = 8 << 10;
 /// Payloads up to this many bytes ping-pong with one warp: a smaller block synchronises faster around each
 /// put, and one warp's stores carry such a payload in a few instructions.
-pub const PING_WARP_MAX_BYTES: usize = 4 << 10;
+pub const PING_WARP_MAX_BYTES: usize = 512;
 
 /// The bench's operations through NVSHMEM on one team: the grids, and a signal pad per operation.
 #[derive(Debug)]
