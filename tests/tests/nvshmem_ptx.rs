@@ -104,7 +104,18 @@ fn the_same_source_builds_without_nvshmem() {
     assert!(ptx.contains("red.release.sys.global.add.u64") && ptx.contains("ld.acquire.sys"), "no signal path");
     let mut entries = ptx_entries(ptx);
     entries.sort_unstable();
-    assert_eq!(entries, ["nvshmem_all_reduce_f32", "nvshmem_put_signal"]);
+    let want = [
+        "nvshmem_all_gather",
+        "nvshmem_all_reduce_f32",
+        "nvshmem_all_reduce_sum_bf16",
+        "nvshmem_all_reduce_sum_f16",
+        "nvshmem_all_reduce_sum_f32",
+        "nvshmem_all_to_all",
+        "nvshmem_ping_pong",
+        "nvshmem_put",
+        "nvshmem_put_signal",
+    ];
+    assert_eq!(entries, want);
     if let Some(linked) = linked_or_skip() {
         for &(cc, ptx) in linked {
             let mut linked_entries = ptx_entries(ptx);

@@ -75,8 +75,7 @@ impl<'t> NvshmemOps<'t> {
         LaunchConfig::new(self.blocks(bytes), self.threads)
     }
 
-    /// Rank `from` puts its `src` into rank `to`'s `dst` (`from == to` with one PE). Every put on this
-    /// team's operations must use the same `from` and `to`: the receiver's signals count launches.
+    /// Rank `from` puts its `src` into rank `to`'s `dst` (`from == to` with one PE).
     pub fn put<'a>(
         &'a self,
         src: &'a SymBuffer<u8>,
