@@ -94,7 +94,7 @@ fn nvshmem_mode_checks_and_times_every_operation_on_one_and_two_pes() {
             }
         }
         let note = nvshmem.notes().join(" ");
-        assert!(note.contains("nvshmemx_putmem_signal_nbi_block"), "{note}");
+        assert!(note.contains("nvshmemx_putmem_signal_nbi_block") && note.contains("a warp up to 512 B"), "{note}");
         assert_eq!(note.contains("one PE in this process"), team.world() == 1, "{note}");
     }
 }

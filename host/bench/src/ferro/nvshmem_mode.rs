@@ -257,13 +257,13 @@ impl Backend for NvshmemBackend {
              nvshmemx_putmem_signal_nbi_block, signal polls, nvshmem_quiet), {pes}. A block of 512 threads per {} \
              KiB of each destination's message, up to one per SM ({} at most); the all-reduce is one-shot (every \
              PE's data to every PE, summed in f32), a block per {} KiB; the ping-pong one block, a warp up to {} \
-             KiB. Timed as the gpu series: a trial's launches in one CUDA graph between %globaltimer stamps (so \
+             B. Timed as the gpu series: a trial's launches in one CUDA graph between %globaltimer stamps (so \
              each put or collective includes its launch, where NVSHMEM's own put figures divide one kernel's time \
              by the puts it issued); the ping-pong is one launch of the trial's round trips.",
             BYTES_PER_BLOCK >> 10,
             MAX_OPS_BLOCKS,
             REDUCE_BYTES_PER_BLOCK >> 10,
-            PING_WARP_MAX_BYTES >> 10,
+            PING_WARP_MAX_BYTES,
         )]
     }
 }
