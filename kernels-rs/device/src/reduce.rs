@@ -40,7 +40,7 @@ pub fn sum_across_block<const R: usize>(values: [f32; R]) -> [f32; R] {
     );
     let warp = warp_id() as usize * R;
     match spread_lanes::<R>() {
-        Some(lanes) if lane_id() as usize % lanes == 0 => {
+        Some(lanes) if (lane_id() as usize).is_multiple_of(lanes) => {
             // SAFETY: slot (warp, r) is written by one lane of this warp alone, and read after the barrier.
             unsafe { stash.write(warp + r, sum[0]) };
         }

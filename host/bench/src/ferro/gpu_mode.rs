@@ -17,14 +17,12 @@
 //! it is timed. Buffers are allocated when a request is first captured; the graph keeps them alive, and
 //! dropping it (for the next request) frees them.
 
-use std::time::Duration;
-
 use ferrocomm::{SymBuffer, Team, TeamGraph};
 use ferrocomm_device::{bf16, f16};
 use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, PingProtocol, Reducible, Route, Tuning};
 
 use super::checks::{self, put_round_trip, unsupported_u8};
-use super::timed::{Pattern, Stamps};
+use super::timed::{CapturedTrial, Pattern, Stamps, time_trial};
 use super::{
     LL_LABEL, PROCS_LABEL, PROCS_TITLE, TRACED_LABEL, TRACED_RING_EVENTS, bench_team, comm, describe_team, grid,
     iters_u32, runtime, traced_bench_team,
@@ -149,21 +147,11 @@ impl Variant {
     }
 }
 
-/// What a captured graph was made for: operation, bytes, element type, operations.
-type Key = (Operation, u64, Dtype, u64);
-
-#[derive(Debug)]
-struct Captured {
-    key: Key,
-    graph: TeamGraph<'static>,
-    blocks: u32,
-}
-
 /// GPU-initiated operations through a `Communicator` on a team of GPUs.
 #[derive(Debug)]
 pub struct GpuBackend {
     // Field order is drop order: the graph (which pins its buffers) before the communicator.
-    captured: Option<Captured>,
+    captured: Option<CapturedTrial>,
     stamps: Stamps,
     comm: Communicator<'static>,
     team: &'static Team,
@@ -263,54 +251,19 @@ impl GpuBackend {
         Ok(Timing { us_per_op: result.one_way_ns() / 1e3, graph: false, sms_used: Some(1), wait_cpu })
     }
 
-    /// Captures `request`'s graph unless the cached one is for it (dropping the old graph first, which
-    /// frees its buffers before new ones are allocated).
-    fn ensure_graph(&mut self, request: &Request) -> Result<(), BackendError> {
-        let key = (request.op, request.bytes, request.dtype, request.iters);
-        if self.captured.as_ref().is_some_and(|c| c.key == key) {
-            return Ok(());
-        }
-        self.captured = None;
-        let recorded = self.record_back_to_back(request)?;
-        let Some(graph) = recorded else {
-            return Err(BackendError::External { mode: Mode::Gpu, source: "a capture returned no graph".into() });
-        };
-        let blocks = self.blocks(request);
-        self.captured = Some(Captured { key, graph, blocks });
-        Ok(())
-    }
-
-    /// `request`'s operations back to back between this backend's stamps, with its series' algorithm:
-    /// captured (the graph is returned) or run now, as `request.graph` says.
-    fn record_back_to_back(&mut self, request: &Request) -> Result<Option<TeamGraph<'static>>, BackendError> {
-        let how = (Pattern::BackToBack, self.variant.algorithm());
-        workload(&mut self.comm, &mut self.stamps, self.team, request, how).map_err(comm(Mode::Gpu))
-    }
-
     fn blocks(&self, request: &Request) -> u32 {
         grid::blocks(&self.comm, request.op, request.bytes as usize, request.dtype.size(), false)
     }
 
-    /// Times `request` as a replay of its graph, or (`request.graph == false`) as eager launches.
+    /// Times `request` as a replay of its graph, or (`request.graph == false`) as eager launches, its
+    /// operations back to back with the series' algorithm.
     fn timed(&mut self, request: &Request) -> Result<Timing, BackendError> {
-        let ranks = self.ranks(request.op);
-        let stamp_error = |e| BackendError::External { mode: Mode::Gpu, source: Box::new(e) };
-        let (ns, wait_cpu, blocks) = if request.graph {
-            self.ensure_graph(request)?;
-            let Some(captured) = &self.captured else {
-                return Err(BackendError::External { mode: Mode::Gpu, source: "no graph after capturing".into() });
-            };
-            let (ns, wait_cpu) = self.stamps.time_replay(&captured.graph, &ranks).map_err(stamp_error)?;
-            (ns, wait_cpu, captured.blocks)
-        } else {
-            // The host launches and waits for every call: that is this path's cost, so nothing is left out.
-            self.captured = None;
-            self.record_back_to_back(request)?;
-            (self.stamps.longest_ns(&ranks).map_err(stamp_error)?, Duration::ZERO, self.blocks(request))
-        };
-        let hops = if request.op == Operation::PingPong { 2 } else { 1 };
-        let us_per_op = ns as f64 / 1e3 / (request.iters * hops) as f64;
-        Ok(Timing { us_per_op, graph: request.graph, sms_used: Some(blocks), wait_cpu })
+        let (ranks, blocks) = (self.ranks(request.op), self.blocks(request));
+        let how = (Pattern::BackToBack, self.variant.algorithm());
+        let (comm_, team) = (&mut self.comm, self.team);
+        time_trial(Mode::Gpu, (&mut self.captured, &mut self.stamps), request, (&ranks, blocks), |stamps| {
+            workload(comm_, stamps, team, request, how).map_err(comm(Mode::Gpu))
+        })
     }
 
     /// The ranks whose spans time `op`, among those this process runs (its own in a team that spans

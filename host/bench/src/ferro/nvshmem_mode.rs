@@ -22,26 +22,18 @@ use ferrocomm_nvshmem_kernels::host::{
 };
 use ferrocomm_nvshmem_kernels::ops::{MAX_OPS_BLOCKS, Summand, nvshmem_all_reduce_sum};
 
-use super::timed::{Pattern, Stamps};
+use super::timed::{CapturedTrial, Pattern, Stamps, time_trial};
 use super::{comm, describe_team, iters_u32, runtime};
 use crate::backend::{Backend, BackendError, Request, Timing};
 use crate::model::{Dtype, Mode, Operation};
 
 const MODE: Mode = Mode::Nvshmem;
 
-/// A captured trial: what it was made for (operation, bytes, element type, operations), and its blocks.
-#[derive(Debug)]
-struct Captured {
-    key: (Operation, u64, Dtype, u64),
-    graph: TeamGraph<'static>,
-    blocks: u32,
-}
-
 /// The bench's operations through NVSHMEM on a team of PEs.
 #[derive(Debug)]
 pub struct NvshmemBackend {
     // Field order is drop order: the graph (which pins its buffers) before the operations' pads.
-    captured: Option<Captured>,
+    captured: Option<CapturedTrial>,
     stamps: Stamps,
     ops: NvshmemOps<'static>,
     comm: Communicator<'static>,
@@ -81,22 +73,6 @@ impl NvshmemBackend {
             Operation::PutBandwidth => self.ops.blocks(request.bytes as usize),
             Operation::AllReduce => self.ops.reduce_blocks(request.bytes as usize),
         }
-    }
-
-    /// Captures `request`'s trial unless the cached graph is for it (the old one dropped first, freeing its
-    /// buffers before new ones are allocated).
-    fn ensure_graph(&mut self, request: &Request) -> Result<(), BackendError> {
-        let key = (request.op, request.bytes, request.dtype, request.iters);
-        if self.captured.as_ref().is_some_and(|c| c.key == key) {
-            return Ok(());
-        }
-        self.captured = None;
-        let graph = workload(&mut self.comm, &mut self.stamps, &self.ops, request).map_err(comm(MODE))?;
-        let Some(graph) = graph else {
-            return Err(BackendError::External { mode: MODE, source: "a capture returned no graph".into() });
-        };
-        self.captured = Some(Captured { key, graph, blocks: self.blocks(request) });
-        Ok(())
     }
 }
 
@@ -209,24 +185,11 @@ impl Backend for NvshmemBackend {
         if request.op == Operation::PingPong {
             iters_u32(MODE, request.iters)?;
         }
-        let ranks = self.ranks(request.op);
-        let stamp_error = |e| BackendError::External { mode: MODE, source: Box::new(e) };
-        let (ns, wait_cpu, blocks) = if request.graph {
-            self.ensure_graph(&request)?;
-            let Some(captured) = &self.captured else {
-                return Err(BackendError::External { mode: MODE, source: "no graph after capturing".into() });
-            };
-            let (ns, wait_cpu) = self.stamps.time_replay(&captured.graph, &ranks).map_err(stamp_error)?;
-            (ns, wait_cpu, captured.blocks)
-        } else {
-            self.captured = None;
-            workload(&mut self.comm, &mut self.stamps, &self.ops, &request).map_err(comm(MODE))?;
-            let ns = self.stamps.longest_ns(&ranks).map_err(stamp_error)?;
-            (ns, std::time::Duration::ZERO, self.blocks(&request))
-        };
-        let hops = if request.op == Operation::PingPong { 2 } else { 1 };
-        let us_per_op = ns as f64 / 1e3 / (request.iters * hops) as f64;
-        Ok(Timing { us_per_op, graph: request.graph, sms_used: Some(blocks), wait_cpu })
+        let (ranks, blocks) = (self.ranks(request.op), self.blocks(&request));
+        let (comm_, ops) = (&mut self.comm, &self.ops);
+        time_trial(MODE, (&mut self.captured, &mut self.stamps), &request, (&ranks, blocks), |stamps| {
+            workload(comm_, stamps, ops, &request).map_err(comm(MODE))
+        })
     }
 
     /// Ranks sharing a GPU, or one PE talking to itself.

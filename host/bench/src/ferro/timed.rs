@@ -5,8 +5,11 @@
 //! over all of them) — what CUDA events recorded around the replay would give. Nothing on the host runs
 //! between the stamps: the host replays the graph, then waits, then reads the stamps.
 //!
-//! Events themselves cannot be used: a team's streams are the runtime's own and are not exposed, and an
-//! event must be recorded on the stream it times.
+//! Stamps rather than CUDA events: they are launches like the operations, so they are captured with them
+//! into each rank's graph, and they run on the emulator too, where the same code times the same kernels.
+//!
+//! [`time_trial`] is a trial as the modes on ferrocomm's runtime time it: a graph kept per request
+//! ([`CapturedTrial`]) and replayed between the stamps, or the calls run one by one with `--no-graph`.
 //!
 //! In a team that spans processes (one rank per process), each process reads its own rank's stamps only:
 //! each rank times itself, and the figure a process reports is its own rank's (rank 0's is the one the
@@ -23,7 +26,9 @@ use ferrocomm_kernels::kernels::proxy::clock_stamp;
 use ferrocomm_kernels::{CommError, Communicator};
 use thiserror::Error;
 
+use crate::backend::{BackendError, Request, Timing};
 use crate::cputime::thread_cpu_time;
+use crate::model::{Dtype, Mode, Operation};
 
 /// Why a replay has no time.
 #[derive(Debug, Error)]
@@ -216,6 +221,50 @@ impl Stamps {
         let longest = self.longest_ns(ranks)?;
         Ok((longest, cleared + thread_cpu_time().saturating_sub(waiting)))
     }
+}
+
+/// A trial's graph, kept for the trials of the same request that follow, and what it was made for
+/// (operation, bytes, element type, operations).
+#[derive(Debug)]
+pub struct CapturedTrial {
+    key: (Operation, u64, Dtype, u64),
+    graph: TeamGraph<'static>,
+}
+
+/// Times one trial of `request` (at least one operation) by the spans of `ranks`, each call running
+/// `blocks` blocks. With `request.graph`, as a replay of its graph: `record` captures it between `stamps`
+/// unless `cache` holds this request's, the old graph dropped first so that its buffers are freed before
+/// new ones are allocated. Without, `record` runs the calls now, the host waiting for each (that is this
+/// path's cost, so no wait is left out of the host CPU figure). A ping-pong's time is one way: two hops per
+/// round trip.
+pub fn time_trial(
+    mode: Mode,
+    (cache, stamps): (&mut Option<CapturedTrial>, &mut Stamps),
+    request: &Request,
+    (ranks, blocks): (&[usize], u32),
+    record: impl FnOnce(&mut Stamps) -> Result<Option<TeamGraph<'static>>, BackendError>,
+) -> Result<Timing, BackendError> {
+    let stamp_error = |e| BackendError::External { mode, source: Box::new(e) };
+    let (ns, wait_cpu) = if request.graph {
+        let key = (request.op, request.bytes, request.dtype, request.iters);
+        if cache.as_ref().is_none_or(|c| c.key != key) {
+            *cache = None;
+            let graph = record(stamps)?
+                .ok_or_else(|| BackendError::External { mode, source: "a capture returned no graph".into() })?;
+            *cache = Some(CapturedTrial { key, graph });
+        }
+        let Some(captured) = cache.as_ref() else {
+            return Err(BackendError::External { mode, source: "no graph after capturing".into() });
+        };
+        stamps.time_replay(&captured.graph, ranks).map_err(stamp_error)?
+    } else {
+        *cache = None;
+        record(stamps)?;
+        (stamps.longest_ns(ranks).map_err(stamp_error)?, Duration::ZERO)
+    };
+    let hops = if request.op == Operation::PingPong { 2 } else { 1 };
+    let us_per_op = ns as f64 / 1e3 / (request.iters * hops) as f64;
+    Ok(Timing { us_per_op, graph: request.graph, sms_used: Some(blocks), wait_cpu })
 }
 
 #[cfg(test)]

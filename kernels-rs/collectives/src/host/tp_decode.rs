@@ -204,10 +204,7 @@ impl TpDecode {
         gamma: &SymBuffer<bf16>,
         out: &mut SymBuffer<bf16>,
     ) -> Result<(), CommError> {
-        let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
-        exact_len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
-        exact_len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
-        exact_len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
+        self.check_epilogue_operands(residual, gamma, out)?;
         let threads = (TP_WARPS * 32) as u32;
         match variant {
             TpVariant::ThreeKernels => {
@@ -264,6 +261,19 @@ impl TpDecode {
         Ok(())
     }
 
+    /// `residual` and `out` are `tokens x hidden`, `gamma` is `hidden`.
+    fn check_epilogue_operands(
+        &self,
+        residual: &SymBuffer<bf16>,
+        gamma: &SymBuffer<bf16>,
+        out: &SymBuffer<bf16>,
+    ) -> Result<(), CommError> {
+        let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
+        exact_len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
+        exact_len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
+        exact_len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())
+    }
+
     /// The three-kernel step with `all_reduce` between its kernels: the GEMV, the sum of its splits into
     /// `y` (this rank's `f32` partial output, padded to whole tiles: `tiles x tokens x TP_TILE_COLS`), then
     /// `all_reduce(comm, y)`, which must leave the sum over the ranks in every rank's `y`, then the norm.
@@ -278,10 +288,8 @@ impl TpDecode {
         all_reduce: impl FnOnce(&mut Communicator<'_>, &mut SymBuffer<f32>) -> Result<(), E>,
     ) -> Result<(), E> {
         let TpInputs { x, w, residual, gamma } = inputs;
+        self.check_epilogue_operands(residual, gamma, out)?;
         let (tokens, hidden) = (self.shape.tokens, self.shape.hidden);
-        exact_len("tensor-parallel residual (tokens x hidden)", tokens * hidden, residual.len())?;
-        exact_len("tensor-parallel norm weights (hidden)", hidden, gamma.len())?;
-        exact_len("tensor-parallel output (tokens x hidden)", tokens * hidden, out.len())?;
         let threads = (TP_WARPS * 32) as u32;
         let plan = self.plan;
         comm.tp_gemv(x, w, &mut self.partials, plan)?.wait().map_err(CommError::from)?;

@@ -248,6 +248,16 @@ fn pick<const N: usize>(values: &[f32; N], j: usize) -> f32 {
     values.iter().enumerate().fold(0.0, |picked, (q, &v)| if q == j { v } else { picked })
 }
 
+/// `values[j] = value`, by comparisons, for the reason [`pick`] gives.
+#[inline(always)]
+fn assign<const N: usize>(values: &mut [f32; N], j: usize, value: f32) {
+    for (q, v) in values.iter_mut().enumerate() {
+        if q == j {
+            *v = value;
+        }
+    }
+}
+
 /// `from` plus `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: eight loads go out
 /// before their sums, so a long sum waits on memory an eighth as often (a loop of load-then-add waits once
 /// per term, which made these epilogues slower than the GEMV before them).
@@ -307,11 +317,7 @@ fn reduce_tile(
                 *z += e.residual[j * hidden + col + c].to_f32();
                 square = fma(*z, *z, square);
             }
-            for (q, s) in squares.iter_mut().enumerate() {
-                if q == j {
-                    *s = square;
-                }
-            }
+            assign(&mut squares, j, square);
             let at = (tile * tokens * TP_TILE_COLS) / 4 + i;
             for ch in (0..world as u32).map(|q| session.channel(q)) {
                 ch.remote(e.gather).vectors().store(at, z.map(f32::to_bits));
@@ -363,6 +369,7 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
     while entry < entries {
         for q in 0..TP_MAX_TOKENS / 4 {
             let v = floats(squares.load(entry * TP_MAX_TOKENS / 4 + q));
+            // Indexed: an array's by-value iterator keeps the array in local memory.
             for c in 0..4 {
                 part[4 * q + c] += v[c];
             }
@@ -552,6 +559,8 @@ pub fn tp_norm(y: &[f32], residual: &[bf16], gamma: &[bf16], out: &mut [bf16], p
         let mut col = 8 * t;
         while col < hidden {
             let v = z(col);
+            // Indexed: an array's by-value iterator keeps the array in local memory.
+            #[allow(clippy::needless_range_loop)]
             for c in 0..8 {
                 squares = fma(v[c], v[c], squares);
             }
