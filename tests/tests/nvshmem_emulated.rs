@@ -59,3 +59,70 @@ fn the_bench_operations_through_nvshmem_match_their_references() {
         check_all_reduce_sum::<f16>(&ops, 7, 2).unwrap_or_else(fail("all-reduce f16", 14));
     }
 }
+
+/// The kernels of this file have no PTX: they run on the emulator only.
+static EMU_ONLY: ferrocomm::KernelModule = ferrocomm::KernelModule::new("nvshmem_emulated", &[]);
+
+/// A kernel that consumes what an operation delivered: every rank copies its own copy of `delivered` into
+/// `out`. It does not communicate, so only the operation before it orders its reads after the puts that
+/// filled `delivered`.
+#[ferrocomm_device::kernel(module = crate::EMU_ONLY, bytes(delivered, out), requires(len(out) >= len(delivered)))]
+pub fn consume(delivered: ferrocomm_device::prelude::SymSlice<u8>, out: &mut [u8]) {
+    use ferrocomm_device::prelude::*;
+    let from = Vectors::of(delivered.local());
+    VectorsMut::of(out).copy_from(from, 0, (0, from.vectors()), (global_thread_idx(), global_threads()));
+}
+
+/// What the put and the ping-pong deliver is ordered before the receivers' next kernels: each is followed,
+/// in one replayed graph (no host wait between the kernels, so the ranks' streams run ahead of each other),
+/// by a kernel that reads the delivered buffer and does not communicate, and then by the same operation
+/// again. The emulator's checker reports a read that no acquire orders after the put that wrote it, and a
+/// put that nothing orders after an earlier kernel's read of its destination.
+#[test]
+fn what_the_put_and_the_ping_pong_deliver_is_ordered_before_the_next_kernel() {
+    use ferrocomm::{LaunchConfig, SymBuffer};
+    use ferrocomm_nvshmem_kernels::host::byte_pattern;
+    let reader = LaunchConfig::new(2, 32);
+    for world in [2, 3] {
+        let team = emulated(world);
+        let ops = NvshmemOps::new(&team).unwrap();
+        let (a, b) = ops.pair();
+        let payload = |rank: usize, bytes: usize| (0..bytes).map(|i| byte_pattern(rank, 0, i)).collect::<Vec<u8>>();
+        let filled = |bytes: usize| {
+            let mut buf = SymBuffer::<u8>::new(&team, bytes).unwrap();
+            for rank in 0..world {
+                buf.copy_from_host(rank, &payload(rank, bytes)).unwrap();
+            }
+            buf
+        };
+        let bytes = BYTES_PER_BLOCK + 77;
+        let (src, mut dst) = (filled(bytes), SymBuffer::<u8>::new(&team, bytes).unwrap());
+        let mut read = SymBuffer::<u8>::new(&team, bytes).unwrap();
+        let graph = team
+            .capture(|team| {
+                ops.put(&src, &mut dst, (a, b))?.wait()?;
+                consume::launch(team, reader, dst.bytes(), read.bytes_mut())?.wait()?;
+                ops.put(&src, &mut dst, (a, b))?.wait()
+            })
+            .unwrap();
+        graph.replay().unwrap().wait().unwrap_or_else(|e| panic!("world {world}, put: {e}"));
+        drop(graph);
+        assert_eq!(read.to_host(b).unwrap(), payload(a, bytes), "world {world}");
+
+        let small = 200;
+        let (ping, mut inbox) = (filled(small), SymBuffer::<u8>::new(&team, small).unwrap());
+        let mut seen = SymBuffer::<u8>::new(&team, small).unwrap();
+        let pad = ops.ping_pad().unwrap();
+        let graph = team
+            .capture(|team| {
+                ops.ping_pong(&ping, &mut inbox, &pad, (a, b), 3)?.wait()?;
+                consume::launch(team, reader, inbox.bytes(), seen.bytes_mut())?.wait()?;
+                ops.ping_pong(&ping, &mut inbox, &pad, (a, b), 3)?.wait()
+            })
+            .unwrap();
+        graph.replay().unwrap().wait().unwrap_or_else(|e| panic!("world {world}, ping-pong: {e}"));
+        drop(graph);
+        assert_eq!(seen.to_host(a).unwrap(), payload(b, small), "world {world}");
+        assert_eq!(seen.to_host(b).unwrap(), payload(a, small), "world {world}");
+    }
+}

@@ -30,7 +30,8 @@ pub struct NvshmemOps<'t> {
 impl<'t> NvshmemOps<'t> {
     /// The operations on `team` (every rank calls it, in a team that spans processes).
     pub fn new(team: &'t Team) -> Result<NvshmemOps<'t>, Error> {
-        let signals = team.world() * MAX_OPS_BLOCKS;
+        // Each rank's writer signals and ready signals (`ops::writer_signal`, `ops::ready_signal`).
+        let signals = 2 * team.world() * MAX_OPS_BLOCKS;
         let pad = |name: &str| SignalPadBuffer::new(team, name, signals);
         // Every block of a rank's grid must be resident at once: one block per multiprocessor at most.
         let mut max_blocks = MAX_OPS_BLOCKS;
@@ -88,7 +89,7 @@ impl<'t> NvshmemOps<'t> {
 
     /// A pad for [`ping_pong`](Self::ping_pong): every launch on it must make the same number of round trips.
     pub fn ping_pad(&self) -> Result<SignalPadBuffer, Error> {
-        SignalPadBuffer::new(self.team, "nvshmem.ops.ping_pong", 2)
+        SignalPadBuffer::new(self.team, "nvshmem.ops.ping_pong", 3)
     }
 
     /// `iters` round trips of `payload` between ranks `a` and `b` in one launch (`a == b` with one PE):
