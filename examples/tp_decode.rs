@@ -101,9 +101,10 @@ fn run(args: &Args) -> Result<(), ExampleError> {
                 .map_err(|e| ExampleError::BadArgument(format!("cannot write {}: {e}", dir.join(name).display())))
         };
         let ranks_per_gpu = shapes.first().map_or(1, |s| s.gemv.ranks_per_gpu);
+        let arguments = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
         write(
             "README.md",
-            report_markdown(&platform, (team.world(), ranks_per_gpu), nccl_missing.as_deref(), &shapes),
+            report_markdown(&arguments, &platform, (team.world(), ranks_per_gpu), nccl_missing.as_deref(), &shapes),
         )?;
         write("data.csv", report_csv(&shapes))?;
         println!("report: {}", dir.join("README.md").display());

@@ -245,9 +245,10 @@ const THREE: StepVariant = StepVariant::Library(TpVariant::ThreeKernels);
 const TWO: StepVariant = StepVariant::Library(TpVariant::TwoKernels);
 const FUSED: StepVariant = StepVariant::Library(TpVariant::Fused);
 
-/// The report's README: what ran where, one row per shape, and how the figures were taken; `nccl_missing`
-/// says why the NCCL variant was not measured, where it was not.
+/// The report's README: the example's `arguments` and what ran where, one row per shape, and how the
+/// figures were taken; `nccl_missing` says why the NCCL variant was not measured, where it was not.
 pub fn report_markdown(
+    arguments: &str,
     platform: &str,
     (world, ranks_per_gpu): (usize, usize),
     nccl_missing: Option<&str>,
@@ -255,7 +256,7 @@ pub fn report_markdown(
 ) -> String {
     let mut out = String::from("# Tensor-parallel decode step\n\n");
     out += &format!(
-        "Measured with `cargo run --release --example tp_decode -- --out DIR` on:\n\n```text\n{platform}```\n\n"
+        "Measured with `cargo run --release --example tp_decode -- {arguments}` on:\n\n```text\n{platform}```\n\n"
     );
     if ranks_per_gpu > 1 {
         out += &format!(

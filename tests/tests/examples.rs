@@ -166,7 +166,8 @@ fn tensor_parallel_gemv_verified_and_timed() {
     }
     // The report: a row per shape, no HBM figure off the GPU, no ratio for the variants not measured, and
     // why NCCL's is missing.
-    let text = report_markdown("emulated\n", (2, 1), Some(&why), &shapes);
+    let text = report_markdown("--world 2 --out DIR", "emulated\n", (2, 1), Some(&why), &shapes);
+    assert!(text.contains("`cargo run --release --example tp_decode -- --world 2 --out DIR`"), "{text}");
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| 1 |") || l.starts_with("| 6 |")).collect();
     assert_eq!(rows.len(), 2, "{text}");
     assert!(rows.iter().all(|r| r.contains("| 72 |") && r.contains("| – |") && r.ends_with("| – |")), "{rows:?}");

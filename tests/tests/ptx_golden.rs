@@ -359,6 +359,24 @@ fn fence_proxy_async_exists_exactly_where_ptx_8_allows_it() {
     }
 }
 
+/// The streamed load carries the L1 hint where the PTX has it (ISA 7.4; the sm_90 module, at 8.0) and is
+/// the plain vector load elsewhere.
+#[test]
+fn streamed_load_skips_l1_allocation_where_the_ptx_allows() {
+    for (cc, ptx) in modules() {
+        let version = ptx.lines().find_map(|l| l.strip_prefix(".version ")).expect("a .version line");
+        let hinted = version.trim() == "8.0";
+        let load = if hinted {
+            "ld.global.L1::no_allocate.v4.b32 {%r, %r, %r, %r}, [%rd];"
+        } else {
+            "ld.global.v4.b32 {%r, %r, %r, %r}, [%rd];"
+        };
+        let blocks = asm_blocks(entry(ptx, "golden_ld_v4_streamed"));
+        assert_eq!(blocks, ["cvta.to.global.u64 %rd, %rd;", load], "sm_{cc} (PTX {version})");
+        assert_eq!(hinted, cc >= 90, "sm_{cc}: PTX {version}");
+    }
+}
+
 /// The TMA entries and their exact PTX: in the sm_90 module, and absent from the sm_80 one.
 const TMA_GOLDEN: &[(&str, &[&str])] = &[
     ("golden_mbarrier_init", &["mbarrier.init.shared::cta.b64 [%r], %r;"]),

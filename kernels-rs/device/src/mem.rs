@@ -136,6 +136,33 @@ impl GlobalPtr {
         }
     }
 
+    /// [`ld_v4`](Self::ld_v4) for data read once, streamed past the L1 cache:
+    /// `ld.global.L1::no_allocate.v4.b32` where the PTX has the hint (ISA 7.4; this crate's sm_90 builds,
+    /// at ISA 8.0), else `ld.global.v4.b32`. Lines it brings in do not evict what the SM reuses from L1.
+    ///
+    /// # Safety
+    ///
+    /// The address is valid for reading 16 bytes and 16-byte aligned.
+    #[inline(always)]
+    pub unsafe fn ld_v4_streamed(self) -> [u32; 4] {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "ptx80"))]
+        {
+            let (a, b, c, d): (u32, u32, u32, u32);
+            // SAFETY: the caller guarantees a valid, aligned global address.
+            unsafe {
+                asm!("ld.global.L1::no_allocate.v4.b32 {{{a}, {b}, {c}, {d}}}, [{p}];", a = out(reg32) a,
+                    b = out(reg32) b, c = out(reg32) c, d = out(reg32) d, p = in(reg64) self.0,
+                    options(nostack, readonly))
+            };
+            [a, b, c, d]
+        }
+        #[cfg(not(all(target_arch = "nvptx64", target_feature = "ptx80")))]
+        // SAFETY: the caller's guarantee is `ld_v4`'s.
+        unsafe {
+            self.ld_v4()
+        }
+    }
+
     /// `st.global.v4.b32`: stores four words (16 bytes).
     ///
     /// # Safety

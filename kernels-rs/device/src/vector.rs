@@ -134,6 +134,24 @@ impl Vectors {
     #[inline(always)]
     #[track_caller]
     pub fn load_strided<const N: usize>(&self, first: usize, stride: usize) -> [V16; N] {
+        // SAFETY: `strided` passes whole, aligned vectors of the range, live global memory.
+        self.strided(first, stride, |p| unsafe { p.ld_v4() })
+    }
+
+    /// [`load_strided`](Self::load_strided) for vectors read once — weights streamed through a GEMV —
+    /// which pass the L1 cache without taking its lines from what the SM reuses (`GlobalPtr::ld_v4_streamed`:
+    /// `ld.global.L1::no_allocate.v4.b32` on sm_90).
+    #[inline(always)]
+    #[track_caller]
+    pub fn load_strided_streamed<const N: usize>(&self, first: usize, stride: usize) -> [V16; N] {
+        // SAFETY: as in `load_strided`.
+        self.strided(first, stride, |p| unsafe { p.ld_v4_streamed() })
+    }
+
+    /// The strided vectors, each whole aligned one through `load` (every one checked in bounds first).
+    #[inline(always)]
+    #[track_caller]
+    fn strided<const N: usize>(&self, first: usize, stride: usize, load: impl Fn(GlobalPtr) -> V16) -> [V16; N] {
         let last = first + N.saturating_sub(1) * stride;
         assert!(N == 0 || (last + 1) * VECTOR_BYTES <= self.len, "strided vectors out of bounds");
         if !self.base.addr().is_multiple_of(VECTOR_BYTES) {
@@ -143,9 +161,7 @@ impl Vectors {
             let p = self.base.byte_add((first + i * stride) * VECTOR_BYTES);
             #[cfg(not(target_arch = "nvptx64"))]
             track_read(p, VECTOR_BYTES);
-            // SAFETY: a whole, aligned vector inside the range (checked above), live global memory (the
-            // handle's contract).
-            unsafe { p.ld_v4() }
+            load(p)
         })
     }
 }

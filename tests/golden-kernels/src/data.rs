@@ -27,6 +27,12 @@ pub unsafe extern "ptx-kernel" fn golden_ld_v4(p: *const u32, out: *mut [u32; 4]
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_ld_v4_streamed(p: *const u32, out: *mut [u32; 4]) {
+    // SAFETY: the launch passes 16-byte aligned global pointers.
+    unsafe { *out = GlobalPtr::from_generic(p).ld_v4_streamed() };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_st_v4(p: *mut u32, a: u32, b: u32, c: u32, d: u32) {
     // SAFETY: the launch passes a 16-byte aligned global pointer.
     unsafe { GlobalPtr::from_generic(p).st_v4([a, b, c, d]) };

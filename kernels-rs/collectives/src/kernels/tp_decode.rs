@@ -13,7 +13,8 @@
 //!
 //! A warp takes [`TP_ITERATION_ROWS`] (64) rows of `w` at a time. Lane `(g, t)` holds the 16-byte vectors of
 //! its 8 columns `64w + 8g ..` on the 16 consecutive rows `16t .. 16t + 16` of them (16 loads in flight,
-//! one bounds check), and `x` of tokens `g` and `g + 8` on the same rows (two 16-byte loads each). The
+//! one bounds check, streamed past L1: each weight is read once, and `x`, which all four warps read, stays
+//! cached), and `x` of tokens `g` and `g + 8` on the same rows (two 16-byte loads each). The
 //! sum over a k-step's 16 rows does not care which row sits in which `k` slot, so k-step `s` gives lane
 //! `t`'s slots `2t, 2t + 1, 2t + 8, 2t + 9` its rows `4s .. 4s + 4`: the `A` fragments are `x`'s words as
 //! loaded, and each `B` fragment is one `prmt` of two rows' words.
@@ -73,7 +74,7 @@ impl WarpGemv {
     fn load(&self, k: usize) -> Operands {
         let k = k + LANE_ROWS * self.quad;
         let w = if self.col < self.hidden {
-            self.w.load_strided::<LANE_ROWS>((k * self.hidden + self.col) / 8, self.hidden / 8)
+            self.w.load_strided_streamed::<LANE_ROWS>((k * self.hidden + self.col) / 8, self.hidden / 8)
         } else {
             [[0; 4]; LANE_ROWS]
         };
