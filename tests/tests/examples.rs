@@ -16,8 +16,13 @@ use ferrocomm_examples::quickstart::{QuickstartPlan, run_quickstart_with};
 use ferrocomm_examples::{ExampleError, Platform, open_team, run_quickstart};
 use ferrocomm_kernels::{Algorithm, Communicator, Op, PingProtocol};
 
+/// How long a launch may take before the team calls it stuck. This file's tests run side by side, each
+/// emulating hundreds of GPU threads on as few as two cores (the tensor-parallel GEMV's `mma.sync` among
+/// them), so a launch can take seconds: a hang still fails, after a minute.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
 fn emulated(world: usize) -> Team {
-    Team::builder().backend(Backend::Emulator).world(world).timeout(Duration::from_secs(10)).build().expect("team")
+    Team::builder().backend(Backend::Emulator).world(world).timeout(STUCK_AFTER).build().expect("team")
 }
 
 fn ok<T>(result: Result<T, ExampleError>) -> T {
@@ -52,7 +57,7 @@ fn quickstart_in_trace_mode_writes_a_chrome_trace() {
     let team = Team::builder()
         .backend(Backend::Emulator)
         .world(2)
-        .timeout(Duration::from_secs(10))
+        .timeout(STUCK_AFTER)
         .trace(true)
         .trace_dir(dir.path())
         .build()
