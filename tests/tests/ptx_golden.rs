@@ -343,12 +343,18 @@ fn launch_context_is_a_visible_module_global_read_once_by_team() {
     }
 }
 
+/// A module's PTX ISA version, `(major, minor)`, and its `.version` text.
+fn isa_version(ptx: &str) -> ((u32, u32), &str) {
+    let version = ptx.lines().find_map(|l| l.strip_prefix(".version ")).expect("a .version line").trim();
+    let (major, minor) = version.split_once('.').expect("major.minor");
+    ((major.parse().unwrap(), minor.parse().unwrap()), version)
+}
+
 #[test]
 fn fence_proxy_async_exists_exactly_where_ptx_8_allows_it() {
     for (cc, ptx) in modules() {
-        let version = ptx.lines().find_map(|l| l.strip_prefix(".version ")).expect("a .version line");
-        let (major, minor) = version.trim().split_once('.').expect("major.minor");
-        let ptx8 = (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap()) >= (8, 0);
+        let (isa, version) = isa_version(ptx);
+        let ptx8 = isa >= (8, 0);
         match try_entry(ptx, "golden_fence_proxy_async") {
             Some(body) => {
                 assert!(cc >= 90 && ptx8, "sm_{cc} PTX {version}: fence.proxy.async needs sm_90 and PTX 8.0");
@@ -359,13 +365,13 @@ fn fence_proxy_async_exists_exactly_where_ptx_8_allows_it() {
     }
 }
 
-/// The streamed load carries the L1 hint where the PTX has it (ISA 7.4; the sm_90 module, at 8.0) and is
-/// the plain vector load elsewhere.
+/// The streamed load carries the L1 hint in the PTX ISA 8.0 builds (the sm_90 module; the hint needs 7.4,
+/// and the sm_80 module is 7.0) and is the plain vector load elsewhere.
 #[test]
 fn streamed_load_skips_l1_allocation_where_the_ptx_allows() {
     for (cc, ptx) in modules() {
-        let version = ptx.lines().find_map(|l| l.strip_prefix(".version ")).expect("a .version line");
-        let hinted = version.trim() == "8.0";
+        let (isa, version) = isa_version(ptx);
+        let hinted = isa >= (8, 0);
         let load = if hinted {
             "ld.global.L1::no_allocate.v4.b32 {%r, %r, %r, %r}, [%rd];"
         } else {

@@ -137,8 +137,9 @@ impl GlobalPtr {
     }
 
     /// [`ld_v4`](Self::ld_v4) for data read once, streamed past the L1 cache:
-    /// `ld.global.L1::no_allocate.v4.b32` where the PTX has the hint (ISA 7.4; this crate's sm_90 builds,
-    /// at ISA 8.0), else `ld.global.v4.b32`. Lines it brings in do not evict what the SM reuses from L1.
+    /// `ld.global.L1::no_allocate.v4.b32` in PTX ISA 8.0 builds (this crate's sm_90 ones; the hint needs
+    /// 7.4, and its sm_80 builds are 7.0), else `ld.global.v4.b32`. Lines it brings in do not evict what the
+    /// SM reuses from L1.
     ///
     /// # Safety
     ///
