@@ -23,7 +23,7 @@ use ferrocomm_examples::tp_decode::{
     ShapeReport, StepVariant, all_reduce_alone, gemv, report_csv, report_markdown, step,
 };
 use ferrocomm_examples::{ExampleError, Platform, open_team};
-use ferrocomm_kernels::{Communicator, TpShape, TpVariant};
+use ferrocomm_kernels::{Communicator, TpShape};
 
 /// The split-K GEMV of tensor-parallel decode on every GPU present (or the CPU emulator).
 #[derive(Debug, Parser)]
@@ -38,6 +38,10 @@ struct Args {
     /// GEMV the whole GPU.
     #[arg(long)]
     world: Option<usize>,
+    /// The step's variants to time, comma-separated: nccl, three-kernels, two-kernels, fused [default:
+    /// every one that runs here].
+    #[arg(long, value_delimiter = ',')]
+    variants: Vec<StepVariant>,
     /// Time the GEMV alone (for tuning it: `FERROCOMM_TUNING=tp_blocks_per_sm=8`).
     #[arg(long, conflicts_with = "out")]
     gemv_only: bool,
@@ -84,9 +88,9 @@ fn run(args: &Args) -> Result<(), ExampleError> {
             let all_reduce = all_reduce_alone(&mut comm, shape, runs, seed)?;
             println!("all-reduce alone  {} x {} bf16: {:>10.2} us   verified", tokens, h, all_reduce.median_us());
             let mut steps = Vec::new();
-            let library = [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused].map(StepVariant::Library);
-            let variants = nccl.as_ref().map(|_| StepVariant::Nccl).into_iter().chain(library);
-            for variant in variants {
+            let chosen = |v: &StepVariant| args.variants.is_empty() || args.variants.contains(v);
+            let runs_here = |v: &StepVariant| *v != StepVariant::Nccl || nccl.is_some();
+            for variant in StepVariant::ALL.into_iter().filter(chosen).filter(runs_here) {
                 let s = step(&mut comm, shape, variant, nccl.as_ref(), runs, seed)?;
                 println!("step              {}", s.line());
                 steps.push(s);

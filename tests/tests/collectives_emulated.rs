@@ -519,10 +519,16 @@ fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
 
 #[test]
 fn tensor_parallel_decode_steps_every_variant() {
-    use ferrocomm_kernels::{TpDecode, TpShape, TpVariant};
+    use ferrocomm_kernels::{FusedProtocol, TpDecode, TpShape, TpVariant};
     for world in [2, 4] {
         let team = team(world);
         let mut comm = Communicator::new(&team).unwrap();
+        // The fused step in both protocols at every shape: LL packets up to `tp_ll_max_tokens` tokens, a put
+        // and a signal per tile above.
+        let mut protocols = [(0, FusedProtocol::Signal), (16, FusedProtocol::Ll)].map(|(most, protocol)| {
+            let tuning = Tuning { tp_ll_max_tokens: most, ..Tuning::emulator() };
+            (Communicator::with_tuning(&team, tuning).unwrap(), protocol)
+        });
         // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread. The last shape has
         // four iterations of rows per rank, so the tiles are split several ways and each tile's 320 vectors
         // are reduced in shares (`TpPlan::reduce_parts`): three of 107 after the GEMV, two in the fused step.
@@ -532,8 +538,13 @@ fn tensor_parallel_decode_steps_every_variant() {
                 let (gemv, fused) = TpDecode::new(&comm, TpShape { tokens, hidden, k }).unwrap().plans();
                 assert_eq!((gemv.reduce_parts(), fused.reduce_parts()), (3, 2), "{gemv:?} {fused:?}");
             }
-            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
-                check(verify::tp_decode(&mut comm, TpShape { tokens, hidden, k }, variant, i as u64));
+            let shape = TpShape { tokens, hidden, k };
+            for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels] {
+                check(verify::tp_decode(&mut comm, shape, variant, i as u64));
+            }
+            for (comm, protocol) in &mut protocols {
+                assert_eq!(TpDecode::new(comm, shape).unwrap().fused_protocol(), *protocol);
+                check(verify::tp_decode(comm, shape, TpVariant::Fused, i as u64));
             }
         }
     }

@@ -60,8 +60,8 @@ mod host;
 
 #[cfg(not(target_arch = "nvptx64"))]
 pub use host::{
-    Algorithm, CommError, Communicator, ExchangeTransport, Op, PingPong, PingProtocol, Reducible, Route, TP_RMS_EPS,
-    TUNING_ENV, TUNING_FILE_ENV, TpDecode, TpInputs, TpShape, TpVariant, Tuning, reference, verify,
+    Algorithm, CommError, Communicator, ExchangeTransport, FusedProtocol, Op, PingPong, PingProtocol, Reducible, Route,
+    TP_RMS_EPS, TUNING_ENV, TUNING_FILE_ENV, TpDecode, TpInputs, TpShape, TpVariant, Tuning, reference, verify,
 };
 
 #[cfg(not(target_arch = "nvptx64"))]

@@ -297,6 +297,64 @@ impl PeerSlice<LlPacket> {
         read_ll_lanes(&mut words, self.slice(2 * k, 2), flag, 0, 1);
         words
     }
+
+    /// Waits until the `live` (at most `N`) vectors `k(0) .. k(live - 1)` (each as in
+    /// [`poll_vector`](Self::poll_vector)) all carry `flag` and returns them, zeros past `live`. Every poll
+    /// loads all of them together, so vectors that arrive together cost one round trip, not one each (a sum
+    /// over several senders' packets). `spins` polls in a tight loop, then the library's wait: it backs off
+    /// between polls — many threads waiting long (a kernel's tail waiting for its other blocks) would
+    /// otherwise take the memory system from the blocks they wait for — and records a timeout.
+    #[inline(always)]
+    #[track_caller]
+    pub fn poll_vectors<const N: usize>(
+        &self,
+        k: impl Fn(usize) -> usize,
+        live: usize,
+        flag: u32,
+        spins: u32,
+    ) -> [V16; N] {
+        let live = live.min(N);
+        let mut vectors = [[0u32; 4]; N];
+        if live == 0 {
+            return vectors;
+        }
+        // Loops of a constant count over local arrays, indexed by constants once unrolled: every load goes out
+        // before any test of what it loaded, and nothing goes through local memory (which `array::from_fn`,
+        // by-value iteration, `all` or a loop up to `live` can cause: each load's packets are then stored
+        // there before the next load goes out). The places past `live` load the last live vector again.
+        let poll = || {
+            let mut packets = [(LlPacket::new(0, 0), LlPacket::new(0, 0)); N];
+            for (j, p) in packets.iter_mut().enumerate() {
+                let k = k(j.min(live - 1));
+                assert!(2 * k + 1 < self.len(), "LL packet index out of bounds");
+                *p = (self.load_packet(2 * k), self.load_packet(2 * k + 1));
+            }
+            // A flag other than `flag` that an incomplete packet holds (what the timeout record shows).
+            let stale = |p: LlPacket| if p.flag_lo != flag { p.flag_lo } else { p.flag_hi };
+            let mut seen = flag;
+            #[allow(clippy::needless_range_loop)]
+            for j in 0..N {
+                let (lo, hi) = packets[j];
+                if !hi.is_complete(flag) {
+                    seen = stale(hi);
+                }
+                if !lo.is_complete(flag) {
+                    seen = stale(lo);
+                }
+            }
+            if seen == flag { Ok(packets) } else { Err(u64::from(seen)) }
+        };
+        let first = self.as_ptr().wrapping_add(2 * k(0)) as u64;
+        let packets = poll_until(poll, spins, first, u64::from(flag), Cmp::Eq, core::panic::Location::caller());
+        #[allow(clippy::needless_range_loop)]
+        for j in 0..N {
+            let (lo, hi) = packets[j];
+            if j < live {
+                vectors[j] = [lo.data_lo, lo.data_hi, hi.data_lo, hi.data_hi];
+            }
+        }
+        vectors
+    }
 }
 
 #[cfg(test)]

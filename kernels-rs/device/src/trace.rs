@@ -58,6 +58,19 @@ pub fn mark(name: &'static str) {
     record(TraceKind::Mark, 0, a, b);
 }
 
+/// A [`mark`] by thread 0 of the block: one event per block, when thread 0 gets there (a phase of a
+/// block-wide step: call it after the step's barrier). In an untraced GPU build it folds away, thread
+/// test included.
+#[inline(always)]
+pub fn block_mark(name: &'static str) {
+    #[cfg(any(ferrocomm_trace, not(target_arch = "nvptx64")))]
+    if crate::index::thread_rank() == 0 {
+        mark(name);
+    }
+    #[cfg(not(any(ferrocomm_trace, not(target_arch = "nvptx64"))))]
+    let _ = name;
+}
+
 /// The name a [`mark`] recorded in an event's `a` and `b` (host side).
 #[cfg(not(target_arch = "nvptx64"))]
 pub fn mark_name(a: u64, b: u64) -> String {

@@ -23,7 +23,7 @@ pub mod verify;
 
 pub use communicator::{Communicator, PingPong, PingProtocol, Route};
 pub use error::CommError;
-pub use tp_decode::{TP_RMS_EPS, TpDecode, TpInputs, TpShape, TpVariant};
+pub use tp_decode::{FusedProtocol, TP_RMS_EPS, TpDecode, TpInputs, TpShape, TpVariant};
 pub use tuning::{TUNING_ENV, TUNING_FILE_ENV, Tuning};
 
 use ferrocomm_device::{bf16, f16};

@@ -2,7 +2,7 @@
 //! the split-K GEMV (`kernels::tp_decode`).
 
 use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
-use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
+use ferrocomm_device::abi::{LlPacket, SIGNAL_PAD_EPOCH_SLOTS};
 use ferrocomm_device::bf16;
 use ferrocomm_device::reduce::sum_across_block_bytes;
 
@@ -118,8 +118,27 @@ pub enum TpVariant {
     /// The GEMV, then the fused all-reduce, residual and RMSNorm: two kernels.
     TwoKernels,
     /// One kernel: each block pushes its finished tile to the tile's owner as soon as it is done; the
-    /// reduction and the norm finish as the tiles arrive.
+    /// reduction and the norm finish as the tiles arrive. In LL packets for steps of up to
+    /// `Tuning::tp_ll_max_tokens` tokens, else with a put and a signal per tile ([`FusedProtocol`]).
     Fused,
+}
+
+/// How the fused step's tiles travel (see [`TpDecode::fused_protocol`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusedProtocol {
+    /// LL packets (`tp_fused_ll`): data and flag in one 16-byte store, polled by each reader; no fence.
+    Ll,
+    /// A put and a release-acquire signal per tile (`tp_fused`).
+    Signal,
+}
+
+/// The fused step's buffers for its protocol: every rank's partial tiles, the reduced tiles and their sums
+/// of squares.
+enum FusedBuffers {
+    /// LL packets, the partial tiles in two parities of `world` regions.
+    Ll { partials: SymBuffer<LlPacket>, gather: SymBuffer<LlPacket>, squares: SymBuffer<LlPacket> },
+    /// `f32`s, the partial tiles in `world` regions.
+    Signal { partials: SymBuffer<f32>, gather: SymBuffer<f32>, squares: SymBuffer<f32> },
 }
 
 /// The buffers and pads of tensor-parallel decode steps of one shape: `out = rmsnorm(x · w summed over
@@ -135,6 +154,7 @@ pub struct TpDecode {
     gather: SymBuffer<f32>,
     squares: SymBuffer<f32>,
     two_pad: SignalPadBuffer,
+    fused_buffers: FusedBuffers,
     fused_pad: SignalPadBuffer,
 }
 
@@ -144,6 +164,7 @@ impl std::fmt::Debug for TpDecode {
             .field("shape", &self.shape)
             .field("plan", &self.plan)
             .field("fused", &self.fused)
+            .field("fused_protocol", &self.fused_protocol())
             .finish()
     }
 }
@@ -167,20 +188,34 @@ impl TpDecode {
         let fused = comm.tp_plan_within(shape, fused_grid)?;
         let team = comm.team();
         let world = comm.world();
-        let len = plan.partials_len().max(fused.partials_len()) * world;
+        let tiles_len = plan.tiles as usize * shape.tokens * TP_TILE_COLS;
+        let squares_len = (fused.tiles * fused.splits) as usize * TP_MAX_TOKENS;
+        let fused_buffers = if shape.tokens <= comm.tuning().tp_ll_max_tokens as usize {
+            // Two packets per 16-byte vector of `f32`s: half a packet per `f32`.
+            let packets = |floats: usize| floats / 2;
+            FusedBuffers::Ll {
+                partials: SymBuffer::new(team, 2 * world * packets(fused.partials_len()))?,
+                gather: SymBuffer::new(team, packets(tiles_len))?,
+                squares: SymBuffer::new(team, packets(squares_len))?,
+            }
+        } else {
+            FusedBuffers::Signal {
+                partials: SymBuffer::new(team, world * fused.partials_len())?,
+                gather: SymBuffer::new(team, tiles_len)?,
+                squares: SymBuffer::new(team, squares_len)?,
+            }
+        };
         Ok(TpDecode {
             shape,
             plan,
             fused,
-            partials: SymBuffer::new(team, len)?,
-            y: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
-            gather: SymBuffer::new(team, plan.tiles as usize * shape.tokens * TP_TILE_COLS)?,
+            partials: SymBuffer::new(team, plan.partials_len())?,
+            y: SymBuffer::new(team, tiles_len)?,
+            gather: SymBuffer::new(team, tiles_len)?,
             // Each reducing block's sums of squares: at most `splits` per tile (`TpPlan::reduce_parts`).
-            squares: SymBuffer::new(
-                team,
-                (plan.tiles * plan.splits).max(fused.tiles * fused.splits) as usize * TP_MAX_TOKENS,
-            )?,
+            squares: SymBuffer::new(team, (plan.tiles * plan.splits) as usize * TP_MAX_TOKENS)?,
             two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
+            fused_buffers,
             fused_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.fused", tp_pad::SIGNALS)?,
         })
     }
@@ -188,6 +223,14 @@ impl TpDecode {
     /// The plan of the GEMV (two kernels) and of the fused kernel.
     pub fn plans(&self) -> (TpPlan, TpPlan) {
         (self.plan, self.fused)
+    }
+
+    /// How the fused step's tiles travel, chosen by the token count (`Tuning::tp_ll_max_tokens`).
+    pub fn fused_protocol(&self) -> FusedProtocol {
+        match self.fused_buffers {
+            FusedBuffers::Ll { .. } => FusedProtocol::Ll,
+            FusedBuffers::Signal { .. } => FusedProtocol::Signal,
+        }
     }
 
     /// One decode step by `variant`: `x` (`tokens x k/world`, this rank's shard), `w` (`k/world x hidden`),
@@ -240,22 +283,17 @@ impl TpDecode {
                 let shared = sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS);
                 let cfg =
                     LaunchConfig::new((plan.tiles * plan.splits) as u32, threads).with_shared_bytes(shared as u32);
-                let (partials, gather, squares) = (&mut self.partials, &mut self.gather, &mut self.squares);
-                tp_decode::tp_fused::launch(
-                    comm.team(),
-                    cfg,
-                    x,
-                    w,
-                    partials,
-                    gather,
-                    squares,
-                    residual,
-                    gamma,
-                    out,
-                    &self.fused_pad,
-                    plan,
-                )?
-                .wait()?;
+                let (team, pad) = (comm.team(), &self.fused_pad);
+                match &mut self.fused_buffers {
+                    FusedBuffers::Ll { partials, gather, squares } => tp_decode::tp_fused_ll::launch(
+                        team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan,
+                    )?
+                    .wait()?,
+                    FusedBuffers::Signal { partials, gather, squares } => tp_decode::tp_fused::launch(
+                        team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan,
+                    )?
+                    .wait()?,
+                }
             }
         }
         Ok(())

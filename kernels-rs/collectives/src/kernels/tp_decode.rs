@@ -20,13 +20,20 @@
 //! loaded, and each `B` fragment is one `prmt` of two rows' words.
 
 use ferrocomm_device::kernel;
+use ferrocomm_device::ll::ll_flag;
 use ferrocomm_device::math::{fma, rsqrt};
 use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_high_halves, pack_low_halves};
 use ferrocomm_device::prelude::*;
 use ferrocomm_device::reduce::sum_across_block;
+use ferrocomm_device::trace::block_mark;
 
 use crate::element::Element;
-use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, tp_pad};
+use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, ll_region, tp_pad};
+
+/// Polls of the LL step's waits in a tight loop before they back off. Its tile owners and normalising blocks
+/// wait for the slowest blocks of the product, a good part of the kernel: hundreds of blocks polling without
+/// pause took the memory system from the blocks they waited for (the 16-token step ran twice as long).
+const TAIL_SPINS: u32 = 16;
 
 /// Rows of one iteration that one lane holds: `16t .. 16t + 16` for lane `(g, t)`.
 const LANE_ROWS: usize = TP_ITERATION_ROWS / 4;
@@ -181,10 +188,18 @@ fn gemv_tile(x: &[bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -
     (view.products(start, end), view)
 }
 
-/// Stores a warp's products (see [`gemv_tile`]) into the partial tile: token `j`'s columns at
-/// `plan.partial(tile, split) + j * 256 + c` of `out`, 16 columns (four vectors of `f32`) per lane and token.
+/// Stores a warp's products (see [`gemv_tile`]) as the partial tile (tile, split): token `j`'s columns `c ..
+/// c + 4` go to `put(at, v)` as the vector `at = (plan.partial(tile, split) + j * 256 + c) / 4` of the
+/// `[tile][split][token][256]` `f32` partials, 16 columns (four vectors) per lane and token.
 #[inline(always)]
-fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[[f32; 4]; 8], view: &WarpGemv) {
+fn store_tile(
+    plan: &TpPlan,
+    tile: usize,
+    split: usize,
+    acc: &[[f32; 4]; 8],
+    view: &WarpGemv,
+    put: impl Fn(usize, V16),
+) {
     let first = warp_id() as usize * 64 + 16 * view.quad;
     // Element `e` of every `acc[j]`: token `token`, columns `first + 8n + j`. Four calls, not a loop: a rolled
     // loop indexes `acc` at run time, which puts it in local memory.
@@ -193,8 +208,8 @@ fn store_tile(out: VectorsMut, plan: &TpPlan, tile: usize, split: usize, acc: &[
         if token < view.tokens && tile * TP_TILE_COLS + c < view.hidden {
             let at = (plan.partial(tile, split) + token * TP_TILE_COLS + c) / 4;
             let v = |j: usize| acc[j][e].to_bits();
-            out.store(at, [v(0), v(1), v(2), v(3)]);
-            out.store(at + 1, [v(4), v(5), v(6), v(7)]);
+            put(at, [v(0), v(1), v(2), v(3)]);
+            put(at + 1, [v(4), v(5), v(6), v(7)]);
         }
     };
     store(view.group, 0, 0);
@@ -220,20 +235,17 @@ pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
     let splits = plan.splits as usize;
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
     let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
-    store_tile(VectorsMut::of(partials), &plan, tile, split, &acc, &view);
+    let out = VectorsMut::of(partials);
+    store_tile(&plan, tile, split, &acc, &view, |at, v| out.store(at, v));
 }
 
-/// What the epilogue of a decode step reads and writes besides the partial sums: the residual and the
-/// norm's weights (`tokens x hidden` and `hidden` `bf16`), the output (`tokens x hidden` `bf16`, on every
-/// rank), and the symmetric buffers the reduced tiles travel in: `gather` (`tiles x tokens x 256` `f32`:
-/// `y + residual`) and `squares` (`tiles x reduce_parts x 16` `f32`: each tile share's sums of squares per
-/// token).
+/// What the epilogue of a decode step reads and writes besides the partial sums and the reduced tiles:
+/// the residual and the norm's weights (`tokens x hidden` and `hidden` `bf16`) and the output (`tokens x
+/// hidden` `bf16`, on every rank).
 struct Epilogue<'a> {
     residual: &'a [bf16],
     gamma: &'a [bf16],
     out: VectorsMut,
-    gather: SymSliceMut<f32>,
-    squares: SymSliceMut<f32>,
 }
 
 /// `[f32; 4]` from a vector of `f32` bits.
@@ -259,45 +271,52 @@ fn assign<const N: usize>(values: &mut [f32; N], j: usize, value: f32) {
     }
 }
 
-/// `from` plus `count` vectors of `f32`, `load(s)` giving the `s`-th, added in order: eight loads go out
-/// before their sums, so a long sum waits on memory an eighth as often (a loop of load-then-add waits once
-/// per term, which made these epilogues slower than the GEMV before them).
+/// The sum of `count` vectors of `f32`, eight at a time from `batch(s, live)` (terms `s .. s + live`,
+/// `live <= 8`, and zeros past them), added in order: the eight terms' loads are in flight together, so a
+/// sum waits on memory once per eight terms. (A loop of load-then-add waits once per term: the two-rank
+/// step's epilogues sum twelve partial tiles per vector.)
 #[inline(always)]
-fn add_vectors(from: [f32; 4], count: usize, load: impl Fn(usize) -> V16) -> [f32; 4] {
+fn add_vectors(count: usize, batch: impl Fn(usize, usize) -> [V16; 8]) -> [f32; 4] {
     let add = |z: [f32; 4], v: V16| {
         let p = floats(v);
         [z[0] + p[0], z[1] + p[1], z[2] + p[2], z[3] + p[3]]
     };
-    let mut z = from;
+    let mut z = [0.0f32; 4];
     let mut s = 0;
-    while s + 8 <= count {
-        // Written out: `array::from_fn` over eight loads stays a loop and goes through local memory.
-        let (v0, v1, v2, v3) = (load(s), load(s + 1), load(s + 2), load(s + 3));
-        let (v4, v5, v6, v7) = (load(s + 4), load(s + 5), load(s + 6), load(s + 7));
+    while s < count {
+        let [v0, v1, v2, v3, v4, v5, v6, v7] = batch(s, (count - s).min(8));
         z = add(add(add(add(add(add(add(add(z, v0), v1), v2), v3), v4), v5), v6), v7);
         s += 8;
-    }
-    while s < count {
-        z = add(z, load(s));
-        s += 1;
     }
     z
 }
 
-/// Reduces share `part` of tile `tile` (of [`TpPlan::reduce_parts`]; the caller owns the tile): every (token,
-/// 4 columns) vector of the share sums the partial tiles `source(src, split)` (vectors of `[token][256]`
-/// `f32`) over every rank and split, adds the residual, and goes into every rank's `gather`; the share's sums
-/// of squares per token go into every rank's `squares` (entry `tile * parts + part`). Then thread 0 raises
-/// every rank's `GATHERED` by one.
+/// [`add_vectors`]'s batches as plain loads: term `s + q` is `load(s + q)`.
 #[inline(always)]
-fn reduce_tile(
+fn loads(load: impl Fn(usize) -> V16) -> impl Fn(usize, usize) -> [V16; 8] {
+    move |s, live| {
+        let term = |q: usize| if q < live { load(s + q) } else { [0; 4] };
+        // Written out: `array::from_fn` over eight loads stays a loop and goes through local memory.
+        [term(0), term(1), term(2), term(3), term(4), term(5), term(6), term(7)]
+    }
+}
+
+/// Reduces share `part` of tile `tile` (of [`TpPlan::reduce_parts`]; the caller owns the tile): every (token,
+/// 4 columns) vector `i` of the share is `sum(i)` (the tile's partial sums over every rank and split) plus
+/// the residual, and goes to `publish(at, z)`, `at` its vector in the reduced tiles (`[tile][token][256]`
+/// `f32`); the share's sums of squares per token (its entry: `tile * parts + part`) go to
+/// `publish_squares(t, v)`, vector `t < TP_MAX_TOKENS / 4` of the entry. Block-collective; making what is
+/// published visible is the caller's.
+#[inline(always)]
+fn reduce_share(
     plan: &TpPlan,
     (tile, part): (usize, usize),
     e: &Epilogue<'_>,
-    session: &Session,
-    source: impl Fn(usize, usize) -> Vectors,
+    sum: impl Fn(usize) -> [f32; 4],
+    publish: impl Fn(usize, V16),
+    publish_squares: impl Fn(usize, V16),
 ) {
-    let (tokens, hidden, world) = (plan.tokens as usize, plan.hidden as usize, team::world() as usize);
+    let (tokens, hidden) = (plan.tokens as usize, plan.hidden as usize);
     let (t, threads) = Group::Block.position();
     let (vectors, parts) = (tokens * TP_TILE_COLS / 4, plan.reduce_parts());
     let share = vectors.div_ceil(parts);
@@ -308,98 +327,150 @@ fn reduce_tile(
         let (j, g) = (i / (TP_TILE_COLS / 4), i % (TP_TILE_COLS / 4));
         let col = tile * TP_TILE_COLS + 4 * g;
         if col < hidden {
-            // Rank by rank, each one's splits eight loads at a time (no division in the loads' addresses).
-            let mut z = [0.0f32; 4];
-            for src in 0..world {
-                z = add_vectors(z, plan.splits as usize, |split| source(src, split).load(i));
-            }
+            let mut z = sum(i);
             let mut square = pick(&squares, j);
             for (c, z) in z.iter_mut().enumerate() {
                 *z += e.residual[j * hidden + col + c].to_f32();
                 square = fma(*z, *z, square);
             }
             assign(&mut squares, j, square);
-            let at = (tile * tokens * TP_TILE_COLS) / 4 + i;
-            for ch in (0..world as u32).map(|q| session.channel(q)) {
-                ch.remote(e.gather).vectors().store(at, z.map(f32::to_bits));
-            }
+            publish((tile * tokens * TP_TILE_COLS) / 4 + i, z.map(f32::to_bits));
         }
         i += threads;
     }
     let squares = sum_across_block(squares);
     if t < TP_MAX_TOKENS / 4 {
-        let v = [0, 1, 2, 3].map(|c| pick(&squares, 4 * t + c).to_bits());
-        for ch in (0..world as u32).map(|q| session.channel(q)) {
-            ch.remote(e.squares).vectors().store((tile * parts + part) * TP_MAX_TOKENS / 4 + t, v);
-        }
+        publish_squares(t, [0, 1, 2, 3].map(|c| pick(&squares, 4 * t + c).to_bits()));
     }
+}
+
+/// The reduced tiles and their sums of squares, in symmetric buffers of `f32`: `gather` (`tiles x tokens x
+/// 256`: `y + residual`) and `squares` (`tiles x reduce_parts x 16`: each tile share's sums per token).
+#[derive(Clone, Copy)]
+struct Gathered {
+    gather: SymSliceMut<f32>,
+    squares: SymSliceMut<f32>,
+}
+
+/// [`reduce_share`] of the partial tiles `source(src, split)` (vectors of `[token][256]` `f32`), stored into
+/// every rank's [`Gathered`] buffers; then thread 0 raises every rank's `GATHERED` by one.
+#[inline(always)]
+fn reduce_tile(
+    plan: &TpPlan,
+    (tile, part): (usize, usize),
+    e: &Epilogue<'_>,
+    (out, session): (Gathered, &Session),
+    source: impl Fn(usize, usize) -> Vectors,
+) {
+    let ranks = || (0..team::world()).map(|q| session.channel(q));
+    let (splits, parts) = (plan.splits as usize, plan.reduce_parts());
+    reduce_share(
+        plan,
+        (tile, part),
+        e,
+        // Every rank's splits as one sum: term `q` is rank `q / splits`'s split `q % splits`.
+        |i| add_vectors(team::world() as usize * splits, loads(|q| source(q / splits, q % splits).load(i))),
+        |at, z| ranks().for_each(|ch| ch.remote(out.gather).vectors().store(at, z)),
+        |t, v| {
+            let at = (tile * parts + part) * TP_MAX_TOKENS / 4 + t;
+            ranks().for_each(|ch| ch.remote(out.squares).vectors().store(at, v));
+        },
+    );
     // The block's stores, then one release per rank that covers them.
     sync_threads();
-    if t == 0 {
-        for q in 0..world as u32 {
+    if thread_rank() == 0 {
+        for q in 0..team::world() {
             session.channel(q).signal(tp_pad::GATHERED).add_release(1);
         }
     }
 }
 
-/// Waits until every tile has been gathered here, then writes this block's share of the output:
-/// `out[j, h] = (y + residual)[j, h] / sqrt(mean_h((y + residual)[j]²) + eps) * gamma[h]`, 8 columns per item.
-/// Only the first blocks take part, as many as give each thread one item (or every block, if fewer): the
-/// others return at once, so that no more blocks than needed poll `GATHERED` (hundreds of pollers of one
-/// word slow down the adds they wait for) or stay resident.
+/// How many blocks write the output: as many as give each thread one item of 8 columns (or the whole grid,
+/// if fewer). The others return at once, so that no more blocks than needed wait for the reduced tiles
+/// (hundreds of pollers slow down the stores they wait for) or stay resident.
 #[inline(always)]
-fn normalize(plan: &TpPlan, e: &Epilogue<'_>, session: &Session) {
+fn normalizing_blocks(plan: &TpPlan) -> usize {
+    (plan.tokens * plan.hidden / 8).div_ceil(block_size() as u64).min(grid_size() as u64) as usize
+}
+
+/// This block's share of the output (one of the first `blocks`), once every tile is reduced: `out[j, h] =
+/// (y + residual)[j, h] / sqrt(mean_h((y + residual)[j]²) + eps) * gamma[h]`, 8 columns per item.
+/// `entry(n)` is entry `n`'s four vectors of sums of squares (see [`reduce_share`]), `pair(at)` the reduced
+/// tiles' vectors `at` and `at + 1`.
+#[inline(always)]
+fn write_norm(
+    plan: &TpPlan,
+    e: &Epilogue<'_>,
+    blocks: usize,
+    entry: impl Fn(usize) -> [V16; 4],
+    pair: impl Fn(usize) -> [V16; 2],
+) {
     let (tokens, hidden, tiles) = (plan.tokens as usize, plan.hidden as usize, plan.tiles as usize);
-    let items = tokens * hidden / 8;
-    let blocks = items.div_ceil(block_size() as usize).min(grid_size() as usize);
-    if block_rank() as usize >= blocks {
-        return;
-    }
-    let entries = tiles * plan.reduce_parts();
-    if thread_rank() == 0 {
-        session.local(tp_pad::GATHERED).wait_ge(session.epoch() * entries as u64);
-    }
-    sync_threads();
     let eps = f32::from_bits(plan.eps_bits as u32);
-    let (gather, squares) = (e.gather.local().as_const().vectors(), e.squares.local().as_const().vectors());
     // Every token's sum of squares over the tiles, once per block: each thread adds up some entries' 16
     // sums (four vectors), then one block-wide sum.
     let (t, threads) = Group::Block.position();
     let mut part = [0.0f32; TP_MAX_TOKENS];
-    let mut entry = t;
-    while entry < entries {
+    let mut n = t;
+    while n < tiles * plan.reduce_parts() {
+        let sums = entry(n);
+        // Indexed: an array's by-value iterator keeps the array in local memory.
         for q in 0..TP_MAX_TOKENS / 4 {
-            let v = floats(squares.load(entry * TP_MAX_TOKENS / 4 + q));
-            // Indexed: an array's by-value iterator keeps the array in local memory.
+            let v = floats(sums[q]);
             for c in 0..4 {
                 part[4 * q + c] += v[c];
             }
         }
-        entry += threads;
+        n += threads;
     }
     let sums = sum_across_block(part);
-    let (mut i, stride) = (global_thread_idx(), blocks * threads);
+    block_mark("norm sums");
+    let (mut i, stride, items) = (global_thread_idx(), blocks * threads, tokens * hidden / 8);
     while i < items {
         let (j, col) = (i / (hidden / 8), 8 * (i % (hidden / 8)));
         let inv = rsqrt(pick(&sums, j) / hidden as f32 + eps);
         let (tile, c) = (col / TP_TILE_COLS, col % TP_TILE_COLS);
-        let at = ((tile * tokens + j) * TP_TILE_COLS + c) / 4;
-        let (lo, hi) = (floats(gather.load(at)), floats(gather.load(at + 1)));
+        let [lo, hi] = pair(((tile * tokens + j) * TP_TILE_COLS + c) / 4).map(floats);
         let g = <bf16 as Element>::unpack(Vectors::of(e.gamma).load(col / 8));
         let z = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
         e.out.store(i, <bf16 as Element>::pack(core::array::from_fn(|c| z[c] * inv * g[c])));
         i += stride;
     }
+    block_mark("normalized");
+}
+
+/// [`write_norm`] by the first [`normalizing_blocks`] once every tile's share has raised this rank's
+/// `GATHERED`, from this rank's [`Gathered`] buffers.
+#[inline(always)]
+fn normalize(plan: &TpPlan, e: &Epilogue<'_>, (from, session): (Gathered, &Session)) {
+    let blocks = normalizing_blocks(plan);
+    if block_rank() as usize >= blocks {
+        return;
+    }
+    let entries = plan.tiles as usize * plan.reduce_parts();
+    if thread_rank() == 0 {
+        session.local(tp_pad::GATHERED).wait_ge(session.epoch() * entries as u64);
+    }
+    sync_threads();
+    let (gathered, sums) = (from.gather.local().as_const().vectors(), from.squares.local().as_const().vectors());
+    write_norm(
+        plan,
+        e,
+        blocks,
+        |n| core::array::from_fn(|q| sums.load(n * TP_MAX_TOKENS / 4 + q)),
+        |at| [gathered.load(at), gathered.load(at + 1)],
+    );
 }
 
 /// The epilogue of the two-kernel decode step: every rank's [`tp_gemv`](fn@tp_gemv) partial sums (in
 /// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`; block `b`
 /// reduces share `b % parts` of tile `b / parts`, `parts` = [`TpPlan::reduce_parts`]), with the residual
-/// added, gathered to every rank, and normalised (RMSNorm with `gamma`) into `out`. Raises `ready` as it
-/// starts, so a peer reads this rank's partials only once its GEMV (earlier in the stream) is done. Launch
-/// `plan.tiles * plan.reduce_parts()` blocks of `TP_WARPS` warps with `sum_across_block_bytes(16,
-/// TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident. `squares` holds
-/// `tiles * reduce_parts * 16` `f32`s (`reduce_parts` is at most `splits`).
+/// added, gathered to every rank (`gather`: `tiles x tokens x 256` `f32`, `y + residual`; `squares`:
+/// `tiles x reduce_parts x 16` `f32`, each tile share's sums of squares per token) and normalised (RMSNorm
+/// with `gamma`) into `out`. Raises `ready` as it starts, so a peer reads this rank's partials only once its
+/// GEMV (earlier in the stream) is done. Launch `plan.tiles * plan.reduce_parts()` blocks of `TP_WARPS`
+/// warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be
+/// co-resident.
 #[kernel(requires(
     len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
@@ -422,7 +493,8 @@ pub fn tp_reduce_norm(
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     let session = pad.session();
     let epoch = session.epoch();
-    let e = Epilogue { residual, gamma, out: VectorsMut::of(out), gather, squares };
+    let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
+    let gathered = Gathered { gather, squares };
     if block_rank() == 0 && thread_rank() == 0 {
         for ch in session.peers() {
             ch.signal(tp_pad::ready(rank)).set_release(epoch);
@@ -437,21 +509,23 @@ pub fn tp_reduce_norm(
             }
         }
         sync_threads();
-        reduce_tile(&plan, (tile, part), &e, &session, |src, split| {
+        reduce_tile(&plan, (tile, part), &e, (gathered, &session), |src, split| {
             let p = session.channel(src as u32).remote_input(partials);
             p.vectors().sub(plan.partial(tile, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
     }
-    normalize(&plan, &e, &session);
+    normalize(&plan, &e, (gathered, &session));
 }
 
-/// The one-kernel decode step: each block computes its partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores
-/// it straight into the tile owner's `partials` (region `rank`: `world` regions of `plan.partials_len()`),
-/// then adds one to the owner's `arrived(tile)`; the owner's blocks of splits `0 .. plan.reduce_parts()` of
-/// each tile wait for all of them and reduce a share of the tile each with the residual, gathering it to
-/// every rank, and the first blocks then normalise `out`. Launch `plan.tiles * plan.splits` blocks of
-/// `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block
-/// must be co-resident. `squares` holds `tiles * reduce_parts * 16` `f32`s.
+/// The one-kernel decode step, put + signal per tile: each block computes its partial tile (as
+/// [`tp_gemv`](fn@tp_gemv)) and stores it straight into the tile owner's `partials` (region `rank`: `world`
+/// regions of `plan.partials_len()`), then adds one to the owner's `arrived(tile)`; the owner's blocks of
+/// splits `0 .. plan.reduce_parts()` of each tile wait for all of them and reduce a share of the tile each
+/// with the residual, gathering it to every rank, and the first blocks then normalise `out`. Launch
+/// `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes
+/// of dynamic shared memory; every block must be co-resident. `gather` and `squares` as for
+/// [`tp_reduce_norm`](fn@tp_reduce_norm). The protocol for larger tiles: [`tp_fused_ll`](fn@tp_fused_ll)
+/// for small ones.
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
     launch_bounds(128, 3),
@@ -479,6 +553,7 @@ pub fn tp_fused(
     plan: TpPlan,
 ) {
     let (rank, world) = (team::rank() as usize, team::world() as usize);
+    block_mark("start");
     let session = pad.session();
     let splits = plan.splits as usize;
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
@@ -487,12 +562,14 @@ pub fn tp_fused(
     let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
     // This rank's region of the owner's partials, which the owner reads only after every block's add below.
     let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
-    store_tile(to, &plan, tile, split, &acc, &view);
+    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store(at, v));
     sync_threads();
     if thread_rank() == 0 {
         owner.signal(tp_pad::arrived(tile)).add_release(1);
     }
-    let e = Epilogue { residual, gamma, out: VectorsMut::of(out), gather, squares };
+    block_mark("pushed");
+    let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
+    let gathered = Gathered { gather, squares };
     if tile % world == rank && split < plan.reduce_parts() {
         if thread_rank() == 0 {
             let all = (world * splits) as u64;
@@ -500,12 +577,115 @@ pub fn tp_fused(
         }
         sync_threads();
         let mine = partials.local().as_const().vectors();
-        // Share `split` of the tile (the loads' `split` below is the one summed over).
-        reduce_tile(&plan, (tile, split), &e, &session, |src, split| {
+        // Share `split` of the tile (the sources' `split` below is the one summed over).
+        reduce_tile(&plan, (tile, split), &e, (gathered, &session), |src, split| {
             mine.sub((src * region + plan.partial(tile, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
+        block_mark("reduced");
     }
-    normalize(&plan, &e, &session);
+    normalize(&plan, &e, (gathered, &session));
+}
+
+/// The one-kernel decode step on LL packets, for small tiles (few tokens): no fence, no signal and no
+/// barrier between blocks, where [`tp_fused`](fn@tp_fused) has a release and an acquire on each of its two
+/// hops. Each block computes its partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores it straight into the
+/// tile owner's `partials` as LL packets (region `(epoch parity, rank)` of `2 * world` regions of
+/// `plan.partials_len() / 2` packets: [`ll_region`]); the owner's blocks of splits `0 .. plan.reduce_parts()`
+/// of each tile poll the tile's packets from every rank and split and reduce a share of the tile each with
+/// the residual, sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares
+/// to every rank's `squares` (`tiles x reduce_parts x 8` packets), and the first blocks then poll those and
+/// normalise `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
+/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+///
+/// Every packet is polled for, by each thread that reads it, and the packets are twice the data: with many
+/// tokens the pollers (most blocks, at 16 tokens) and the bytes cost more than the fences they save, and
+/// [`tp_fused`](fn@tp_fused) is faster (`Tuning::tp_ll_max_tokens`).
+///
+/// Reuse without resets: packets carry the pad's `ll_flag(epoch)`. A rank writes partials of parity `p` at
+/// epoch `e + 2` only after its epoch `e + 1`, which received every owner's reduced tiles of `e + 1` — so
+/// every owner had begun `e + 1`, and finished reading parity `p` of `e`. An owner sends reduced tiles of
+/// `e + 1` only once it has every rank's partials of `e + 1`: every rank had finished `e`, and with it its
+/// reading of `gather` and `squares`, which need no parity.
+#[kernel(
+    // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
+    launch_bounds(128, 3),
+    requires(
+    len(w) == plan.k_local * plan.hidden,
+    len(x) >= plan.tokens * plan.k_local,
+    len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
+    len(gather) >= plan.tiles * plan.tokens * 128,
+    len(squares) >= plan.tiles * plan.splits * 8,
+    len(residual) >= plan.tokens * plan.hidden,
+    len(gamma) >= plan.hidden,
+    len(out) >= plan.tokens * plan.hidden
+))]
+#[allow(clippy::too_many_arguments)]
+pub fn tp_fused_ll(
+    x: &[bf16],
+    w: &[bf16],
+    partials: SymSliceMut<LlPacket>,
+    gather: SymSliceMut<LlPacket>,
+    squares: SymSliceMut<LlPacket>,
+    residual: &[bf16],
+    gamma: &[bf16],
+    out: &mut [bf16],
+    pad: SignalPad,
+    plan: TpPlan,
+) {
+    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    block_mark("start");
+    let session = pad.session();
+    let (flag, parity) = (ll_flag(session.epoch()), session.epoch() & 1);
+    let splits = plan.splits as usize;
+    let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
+    // Packets of a rank's region: two per vector of the partial tiles.
+    let slot = plan.partials_len() / 2;
+    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    // This rank's region of the owner's partials; vector `at` of the tiles is its packets `2at, 2at + 1`.
+    let to = session.channel((tile % world) as u32).remote(partials).slice(ll_region(parity, rank, world, slot), slot);
+    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store_vector(at, v, flag));
+    block_mark("pushed");
+    let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
+    let ranks = || (0..world as u32).map(|q| session.channel(q));
+    let parts = plan.reduce_parts();
+    if tile % world == rank && split < parts {
+        let mine = partials.local().as_const();
+        // Vector `i` of split `s`'s partial tile from rank `src` is vector `first(src) + s * step + i` of `mine`.
+        let first = |src: usize| ll_region(parity, src, world, slot) / 2 + plan.partial(tile, 0) / 4;
+        let step = plan.tokens as usize * TP_TILE_COLS / 4;
+        reduce_share(
+            &plan,
+            (tile, split),
+            &e,
+            // Rank by rank (no division in the packets' addresses), each one's splits polled eight at a time.
+            |i| {
+                (0..world).fold([0.0f32; 4], |z, src| {
+                    let p = add_vectors(splits, |s, live| {
+                        mine.poll_vectors::<8>(|q| first(src) + (s + q) * step + i, live, flag, TAIL_SPINS)
+                    });
+                    [z[0] + p[0], z[1] + p[1], z[2] + p[2], z[3] + p[3]]
+                })
+            },
+            |at, z| ranks().for_each(|ch| ch.remote(gather).store_vector(at, z, flag)),
+            |t, v| {
+                let at = (tile * parts + split) * TP_MAX_TOKENS / 4 + t;
+                ranks().for_each(|ch| ch.remote(squares).store_vector(at, v, flag));
+            },
+        );
+        block_mark("reduced");
+    }
+    let blocks = normalizing_blocks(&plan);
+    if block_rank() as usize >= blocks {
+        return;
+    }
+    let (gathered, sums) = (gather.local().as_const(), squares.local().as_const());
+    write_norm(
+        &plan,
+        &e,
+        blocks,
+        |n| sums.poll_vectors::<4>(|q| n * TP_MAX_TOKENS / 4 + q, 4, flag, TAIL_SPINS),
+        |at| gathered.poll_vectors::<2>(|q| at + q, 2, flag, TAIL_SPINS),
+    );
 }
 
 /// The three-kernel step's middle: `y[tile][token][256]` = the sum over the splits of this rank's
@@ -521,7 +701,7 @@ pub fn tp_split_sum(partials: &[f32], y: &mut [f32], plan: TpPlan) {
     let (mut i, stride) = (global_thread_idx(), global_threads());
     while i < plan.tiles as usize * per_tile {
         let (tile, k) = (i / per_tile, i % per_tile);
-        let sum = add_vectors([0.0; 4], splits, |split| from.load(plan.partial(tile, split) / 4 + k));
+        let sum = add_vectors(splits, loads(|split| from.load(plan.partial(tile, split) / 4 + k)));
         to.store(i, sum.map(f32::to_bits));
         i += stride;
     }

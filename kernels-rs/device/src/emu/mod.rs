@@ -231,7 +231,7 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
         // As for a block barrier.
         weak::drain_all(&t);
     } else {
-        weak::at_point(&t);
+        weak::before_shuffle(&t);
     }
     let deposit = if orders_memory { check::deposit(&t) } else { None };
     let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);

@@ -8,6 +8,7 @@
 //! | event of the thread | what leaves its buffer |
 //! | --- | --- |
 //! | a release store or release read-modify-write (any scope), a fence (`acq_rel` or `sc`, any scope), `sync_threads`, `sync_warp` | everything, oldest first, before the event |
+//! | a warp shuffle (where the lane may wait for the others) | everything, in random order |
 //! | a read-modify-write or a load of a different width that overlaps a buffered store | the overlapping stores |
 //! | more than [`CAPACITY`] buffered stores | the oldest |
 //! | the thread's end (exit, timeout, trap) | everything |
@@ -301,6 +302,23 @@ pub(crate) fn before_rmw(t: &ThreadState, addr: usize, width: usize) {
 /// An atomic access that is only a scheduling point here (a random drain while the thread holds stores).
 pub(crate) fn at_point(t: &ThreadState) {
     random_drain(t, 8);
+}
+
+/// A warp shuffle, where the thread may wait for its warp's other lanes: every buffered store drains, in
+/// random order. A GPU makes a thread's stores visible eventually even while it waits; a buffer that kept
+/// them across the wait would hang a lane polling for them (an LL packet another lane of the block wrote).
+pub(crate) fn before_shuffle(t: &ThreadState) {
+    if t.weak.is_empty() {
+        return;
+    }
+    let mut all = t.weak.take(|_| true);
+    for i in (1..all.len()).rev() {
+        let j = (t.weak.draw() % (i as u64 + 1)) as usize;
+        all.swap(i, j);
+    }
+    for e in all {
+        write(t, e);
+    }
 }
 
 /// `nanosleep`: a sleeping thread's stores drain now and then, so a poll loop never waits on its own
