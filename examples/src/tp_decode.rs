@@ -335,7 +335,8 @@ pub fn report_markdown(
             stream), a norm kernel, captured into one graph per rank: the CPU-orchestrated layer. ThreeKernels: the \
             same kernels with the library's all-reduce. TwoKernels: the GEMV, then the all-reduce fused with the \
             residual and the norm. Fused: one kernel, each block pushing its finished tile to the tile's owner, the \
-            reduction and the norm finishing as tiles arrive.\n\
+            reduction and the norm finishing as tiles arrive; the tiles travel as LL packets in steps of up to \
+            `Tuning::tp_ll_max_tokens` tokens (4 on GPUs), with a put and a signal per tile in larger ones.\n\
             - Times: the median over graph replays of (replay time / steps per replay), host-timed from launch to \
             completion, the launch cost spread over the graph's steps. *Fused vs X*: X's time over Fused's (above 1, \
             Fused is faster).\n\
@@ -371,4 +372,23 @@ pub fn report_csv(shapes: &[ShapeReport]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_parse_by_name_in_any_case_and_with_dashes() {
+        for (name, variant) in
+            [("nccl", NCCL), ("three-kernels", THREE), ("TwoKernels", TWO), ("two_kernels", TWO), ("FUSED", FUSED)]
+        {
+            assert_eq!(name.parse::<StepVariant>(), Ok(variant), "{name}");
+        }
+        for v in StepVariant::ALL {
+            assert_eq!(v.to_string().parse::<StepVariant>(), Ok(v));
+        }
+        let err = "four-kernels".parse::<StepVariant>().unwrap_err();
+        assert!(err.contains("four-kernels") && err.contains("two-kernels"), "{err}");
+    }
 }
