@@ -7,6 +7,7 @@
 //! a new allocation and a reset pad work; a launch in which a thousand threads panic reads as a summary;
 //! threads that exited do not hold up block barriers (nor, on sm_70+, a warp barrier naming them).
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use ferrocomm::{Backend, DeviceError, Error, ErrorCount, LaunchConfig, SignalPadBuffer, SignalRef, SymBuffer, Team};
@@ -42,6 +43,14 @@ fn emulated_team(world: usize, timeout: Duration) -> Team {
     Team::builder().backend(Backend::Emulator).world(world).timeout(timeout).build().expect("emulated team")
 }
 
+/// The GPU tests of this file one at a time: their kernels wait on each other's ranks with short timeouts, and
+/// another test's teams on the same GPU (their module loads, their kernels) could hold a rank's launch back
+/// past them.
+fn one_gpu_test_at_a_time() -> MutexGuard<'static, ()> {
+    static GPUS: Mutex<()> = Mutex::new(());
+    GPUS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// One scenario, two tests: `on_the_emulator` and `on_gpus`.
 macro_rules! everywhere {
     ($name:ident, world: $world:expr) => {
@@ -53,6 +62,7 @@ macro_rules! everywhere {
 
             #[test]
             fn on_gpus() {
+                let _gpus = super::one_gpu_test_at_a_time();
                 if let Some(team) = super::gpu_team(stringify!($name), $world, super::TIMEOUT) {
                     super::$name(&team);
                 }

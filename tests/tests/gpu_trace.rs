@@ -9,6 +9,7 @@
 //! the ping-pong and the 1 MiB all-reduce is measured and printed (`--nocapture` shows it; the targets are
 //! reported, not asserted: GPU timings vary from run to run).
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ferrocomm::{Backend, Cmp, Error, LaunchConfig, SignalPadBuffer, SignalRef, SymBuffer, Team, TraceWhat};
@@ -44,6 +45,14 @@ fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<(
     Some((dir, team))
 }
 
+/// The GPU tests of this file one at a time: their kernels wait on each other's ranks with short timeouts, and
+/// another test's teams on the same GPU (their module loads, their kernels) could hold a rank's launch back
+/// past them.
+fn one_gpu_test_at_a_time() -> MutexGuard<'static, ()> {
+    static GPUS: Mutex<()> = Mutex::new(());
+    GPUS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// One scenario, two tests: `on_the_emulator` and `on_gpus`.
 macro_rules! everywhere {
     ($name:ident) => {
@@ -55,6 +64,7 @@ macro_rules! everywhere {
 
             #[test]
             fn on_gpus() {
+                let _gpus = super::one_gpu_test_at_a_time();
                 super::$name(ferrocomm::Backend::Cuda);
             }
         }
