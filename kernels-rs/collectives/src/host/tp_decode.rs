@@ -171,8 +171,9 @@ impl std::fmt::Debug for TpDecode {
 
 impl TpDecode {
     /// Allocates the buffers of `shape` on `comm`'s team (every rank calls it, in a team that spans
-    /// processes). The fused kernel needs every block co-resident, so its plan keeps to one block per
-    /// multiprocessor a rank may use (`Tuning::max_blocks`).
+    /// processes). The fused kernel needs every block co-resident, so its plan keeps to the blocks its launch
+    /// bounds keep resident on each multiprocessor a rank may use (`Tuning::max_blocks`); its buffers are
+    /// those of its protocol, LL packets up to `Tuning::tp_ll_max_tokens` tokens.
     pub fn new(comm: &Communicator<'_>, shape: TpShape) -> Result<TpDecode, CommError> {
         let plan = comm.tp_plan(shape)?;
         if plan.tiles as usize > TP_MAX_TILES {
