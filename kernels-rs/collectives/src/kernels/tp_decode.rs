@@ -3,8 +3,9 @@
 //! as split-K partial sums, then their sum over the ranks, the residual add and an RMSNorm — as three
 //! kernels and the library's all-reduce ([`tp_gemv`](fn@tp_gemv), [`tp_split_sum`](fn@tp_split_sum), the
 //! all-reduce, [`tp_norm`](fn@tp_norm)), as two ([`tp_gemv`](fn@tp_gemv), then
-//! [`tp_reduce_norm`](fn@tp_reduce_norm)), or as one ([`tp_fused`](fn@tp_fused): each block pushes its tile
-//! to the tile's owner as soon as it is done).
+//! [`tp_reduce_norm`](fn@tp_reduce_norm)), or as one, each block pushing its tile to the tile's owner as soon
+//! as it is done ([`tp_fused_ll`](fn@tp_fused_ll) in LL packets for few tokens, [`tp_fused`](fn@tp_fused) with
+//! a put and a signal per tile for more).
 //!
 //! Block `b` of the `tiles * splits` grid computes tile `b / splits` (256 columns) over the rows of split
 //! `b % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
