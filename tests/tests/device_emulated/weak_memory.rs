@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use ferrocomm_device::abi::{ErrorKind, ErrorRecord};
 use ferrocomm_device::prelude::*;
 
-use super::support::{Sym, TIMEOUT_NS, arg, pad, run};
+use super::support::{Sym, TIMEOUT_NS, arg, pad, run, run_ok};
 
 /// The 1-based line of this file that contains `marker` (and is not this lookup).
 fn line_of(marker: &str) -> u32 {
@@ -390,4 +390,36 @@ fn one_seed_replays_the_store_buffer_of_a_thread_that_depends_on_no_other() {
     assert!(first.iter().any(|&m| m != first[0]), "every seed drained the same stores: {first:?}");
     // Out of order: some store visible while an earlier one is not.
     assert!(first.iter().any(|&m| m != 0 && (m + 1) & m != 0), "stores drained only in order: {first:?}");
+}
+
+/// A lane waiting in a warp shuffle lets its buffered stores go, as a GPU makes stores visible eventually
+/// whatever their thread does next: lanes 0 and 2 each send a vector as LL packets into their own rank's
+/// buffer and go on to a shuffle, which lane 1 joins only once `poll_vectors` has both vectors (the fused
+/// decode step's tile owners poll packets that lanes of their own block sent). A buffer that kept the
+/// packets while their lanes waited would hang lane 1 until its timeout, on most seeds. Also: the vectors
+/// past `live` come back zero.
+#[test]
+fn a_lane_waiting_in_a_shuffle_does_not_hold_back_its_stores() {
+    use ferrocomm_device::ll::ll_flag;
+    let packets = Sym::new(1, 4, 0, |_, _| LlPacket::default());
+    let epochs = pad(1, 0);
+    let (packets_raw, epochs_raw) = (packets.raws(1), epochs.raws(1));
+    let kernel = || {
+        let packets: SymSliceMut<LlPacket> = arg(packets_raw[0]);
+        let epochs: SignalPad = arg(epochs_raw[0]);
+        let session = epochs.session();
+        let (flag, epoch) = (ll_flag(session.epoch()), session.epoch() as u32);
+        let lane = lane_id();
+        if lane == 0 || lane == 2 {
+            packets.local().store_vector(lane as usize / 2, [epoch, lane, 7, 8], flag);
+        }
+        if lane == 1 {
+            let got = packets.local().as_const().poll_vectors::<3>(|q| q, 2, flag, 4);
+            assert_eq!(got, [[epoch, 0, 7, 8], [epoch, 2, 7, 8], [0; 4]], "launch {epoch}");
+        }
+        assert_eq!(shfl_idx_sync(warp_mask(), lane, 1), 1);
+    };
+    for _ in 0..LAUNCHES / 10 {
+        run_ok(1, [1, 1, 1], [32, 1, 1], 0, &kernel);
+    }
 }
