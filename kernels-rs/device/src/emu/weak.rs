@@ -187,13 +187,18 @@ fn random_drain(t: &ThreadState, odds: u64) {
     if t.weak.is_empty() || !t.weak.draw().is_multiple_of(odds) {
         return;
     }
-    let mut chosen = t.weak.take(|_| t.weak.draw() & 1 == 1);
-    // Fisher-Yates: the chosen stores become visible in an order of their own.
-    for i in (1..chosen.len()).rev() {
+    let chosen = t.weak.take(|_| t.weak.draw() & 1 == 1);
+    write_in_random_order(t, chosen);
+}
+
+/// Writes `entries` (taken from `t`'s buffer) to memory in an order drawn from `t`'s stream (Fisher-Yates):
+/// they become visible in an order of their own.
+fn write_in_random_order(t: &ThreadState, mut entries: Vec<Entry>) {
+    for i in (1..entries.len()).rev() {
         let j = (t.weak.draw() % (i as u64 + 1)) as usize;
-        chosen.swap(i, j);
+        entries.swap(i, j);
     }
-    for e in chosen {
+    for e in entries {
         write(t, e);
     }
 }
@@ -311,14 +316,8 @@ pub(crate) fn before_shuffle(t: &ThreadState) {
     if t.weak.is_empty() {
         return;
     }
-    let mut all = t.weak.take(|_| true);
-    for i in (1..all.len()).rev() {
-        let j = (t.weak.draw() % (i as u64 + 1)) as usize;
-        all.swap(i, j);
-    }
-    for e in all {
-        write(t, e);
-    }
+    let all = t.weak.take(|_| true);
+    write_in_random_order(t, all);
 }
 
 /// `nanosleep`: a sleeping thread's stores drain now and then, so a poll loop never waits on its own
