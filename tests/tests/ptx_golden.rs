@@ -383,6 +383,25 @@ fn streamed_load_skips_l1_allocation_where_the_ptx_allows() {
     }
 }
 
+/// The kept store carries its L2 policy in the PTX ISA 8.0 builds (the sm_90 module; the hint needs 7.4, and
+/// the sm_80 module is 7.0) and is the plain vector store elsewhere.
+#[test]
+fn kept_store_asks_l2_to_evict_it_last_where_the_ptx_allows() {
+    for (cc, ptx) in modules() {
+        let (isa, version) = isa_version(ptx);
+        let hinted = isa >= (8, 0);
+        let store = if hinted {
+            "{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; \
+             st.global.L2::cache_hint.v4.b32 [%rd], {%r, %r, %r, %r}, pol; }"
+        } else {
+            "st.global.v4.b32 [%rd], {%r, %r, %r, %r};"
+        };
+        let blocks = asm_blocks(entry(ptx, "golden_st_v4_kept"));
+        assert_eq!(blocks, ["cvta.to.global.u64 %rd, %rd;", store], "sm_{cc} (PTX {version})");
+        assert_eq!(hinted, cc >= 90, "sm_{cc}: PTX {version}");
+    }
+}
+
 /// The TMA entries and their exact PTX: in the sm_90 module, and absent from the sm_80 one.
 const TMA_GOLDEN: &[(&str, &[&str])] = &[
     ("golden_mbarrier_init", &["mbarrier.init.shared::cta.b64 [%r], %r;"]),

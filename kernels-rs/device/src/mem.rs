@@ -164,6 +164,33 @@ impl GlobalPtr {
         }
     }
 
+    /// [`st_v4`](Self::st_v4) for data read back soon, by this kernel's successor or by another block:
+    /// kept in L2 ahead of what other accesses bring in, with an `L2::evict_last` cache policy
+    /// (`createpolicy.fractional.L2::evict_last.b64 pol, 1.0; st.global.L2::cache_hint.v4.b32 [p], {..}, pol;`)
+    /// in PTX ISA 8.0 builds (this crate's sm_90 ones; the hint needs 7.4, and its sm_80 builds are 7.0),
+    /// else `st.global.v4.b32`. A GEMV's partial sums are the case: written while the weights stream through
+    /// L2, they were evicted to HBM before the next kernel read them, and the write-backs took from the
+    /// weights' bandwidth.
+    ///
+    /// # Safety
+    ///
+    /// The address is valid for writing 16 bytes and 16-byte aligned.
+    #[inline(always)]
+    pub unsafe fn st_v4_kept(self, v: [u32; 4]) {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "ptx80"))]
+        // SAFETY: the caller guarantees a valid, aligned global address.
+        unsafe {
+            asm!("{{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; \
+                st.global.L2::cache_hint.v4.b32 [{p}], {{{a}, {b}, {c}, {d}}}, pol; }}", p = in(reg64) self.0,
+                a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3], options(nostack))
+        };
+        #[cfg(not(all(target_arch = "nvptx64", target_feature = "ptx80")))]
+        // SAFETY: the caller's guarantee is `st_v4`'s.
+        unsafe {
+            self.st_v4(v)
+        }
+    }
+
     /// `st.global.v4.b32`: stores four words (16 bytes).
     ///
     /// # Safety

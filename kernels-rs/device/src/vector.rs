@@ -238,6 +238,24 @@ impl VectorsMut {
         unsafe { store_at(p, bytes, v) }
     }
 
+    /// [`store`](Self::store) for a vector read back soon, by a later kernel or another block: a whole,
+    /// aligned one asks L2 to keep it ahead of what other accesses bring in
+    /// ([`GlobalPtr::st_v4_kept`](crate::mem::GlobalPtr::st_v4_kept)); a partial or misaligned one is stored
+    /// as `store` stores it.
+    #[inline(always)]
+    #[track_caller]
+    pub fn store_kept(&self, k: usize, v: V16) {
+        let (p, bytes) = self.range.vector(k);
+        #[cfg(not(target_arch = "nvptx64"))]
+        self.track_write(p, bytes);
+        if bytes == VECTOR_BYTES && p.addr().is_multiple_of(VECTOR_BYTES) {
+            // SAFETY: 16 bytes at `p` lie inside the range (live global memory), 16-byte aligned.
+            return unsafe { p.st_v4_kept(v) };
+        }
+        // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
+        unsafe { store_at(p, bytes, v) }
+    }
+
     /// Stores vectors `lo..hi` of `src` here, vector `k` of `src` as vector `k - first` of this range;
     /// this thread takes vectors `lo + lane`, `lo + lane + lanes`, … (`(lane, lanes)` is its position in
     /// the threads sharing the copy, e.g. [`Group::position`](crate::group::Group::position)). Whole,
@@ -427,16 +445,21 @@ mod tests {
     #[test]
     fn vectors_move_every_byte_at_any_alignment() {
         let src: Vec<u8> = (1..=80).collect();
-        for start in 0..17 {
-            for len in 0..48 {
-                let mut dst = [0u8; 80];
-                let from = Vectors::of(&src[start..start + len]);
-                let to = VectorsMut::of(&mut dst[start..start + len]);
-                for k in 0..from.vectors() {
-                    to.store(k, from.load(k));
+        type Store = fn(&VectorsMut, usize, V16);
+        let stores: [(&str, Store); 2] =
+            [("store", |to, k, v| to.store(k, v)), ("store_kept", |to, k, v| to.store_kept(k, v))];
+        for (name, store) in stores {
+            for start in 0..17 {
+                for len in 0..48 {
+                    let mut dst = [0u8; 80];
+                    let from = Vectors::of(&src[start..start + len]);
+                    let to = VectorsMut::of(&mut dst[start..start + len]);
+                    for k in 0..from.vectors() {
+                        store(&to, k, from.load(k));
+                    }
+                    assert_eq!(&dst[start..start + len], &src[start..start + len], "{name}: start {start} len {len}");
+                    assert!(dst[..start].iter().chain(&dst[start + len..]).all(|&b| b == 0), "{name}");
                 }
-                assert_eq!(&dst[start..start + len], &src[start..start + len], "start {start} len {len}");
-                assert!(dst[..start].iter().chain(&dst[start + len..]).all(|&b| b == 0));
             }
         }
     }

@@ -33,6 +33,12 @@ pub unsafe extern "ptx-kernel" fn golden_ld_v4_streamed(p: *const u32, out: *mut
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn golden_st_v4_kept(p: *mut u32, a: u32, b: u32, c: u32, d: u32) {
+    // SAFETY: the launch passes a 16-byte aligned global pointer.
+    unsafe { GlobalPtr::from_generic(p).st_v4_kept([a, b, c, d]) };
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn golden_st_v4(p: *mut u32, a: u32, b: u32, c: u32, d: u32) {
     // SAFETY: the launch passes a 16-byte aligned global pointer.
     unsafe { GlobalPtr::from_generic(p).st_v4([a, b, c, d]) };

@@ -237,7 +237,9 @@ pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
     let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
     let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
     let out = VectorsMut::of(partials);
-    store_tile(&plan, tile, split, &acc, &view, |at, v| out.store(at, v));
+    // Kept in L2: the epilogue reads them next, and evicted by the weights streaming past they went back to
+    // HBM, taking the weights' bandwidth (6% of the GEMV's time at 16 tokens).
+    store_tile(&plan, tile, split, &acc, &view, |at, v| out.store_kept(at, v));
 }
 
 /// What the epilogue of a decode step reads and writes besides the partial sums and the reduced tiles:
@@ -563,7 +565,7 @@ pub fn tp_fused(
     let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
     // This rank's region of the owner's partials, which the owner reads only after every block's add below.
     let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
-    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store(at, v));
+    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store_kept(at, v));
     sync_threads();
     if thread_rank() == 0 {
         owner.signal(tp_pad::arrived(tile)).add_release(1);
