@@ -365,41 +365,38 @@ fn fence_proxy_async_exists_exactly_where_ptx_8_allows_it() {
     }
 }
 
-/// The streamed load carries the L1 hint in the PTX ISA 8.0 builds (the sm_90 module; the hint needs 7.4,
-/// and the sm_80 module is 7.0) and is the plain vector load elsewhere.
-#[test]
-fn streamed_load_skips_l1_allocation_where_the_ptx_allows() {
+/// Entry `name` (its pointer converted to global, then one access) holds `hinted` in the PTX ISA 8.0 builds
+/// (the sm_90 module; the cache hints need 7.4, and the sm_80 module is 7.0) and `plain` elsewhere.
+fn assert_hinted_where_the_ptx_allows(name: &str, hinted: &str, plain: &str) {
     for (cc, ptx) in modules() {
         let (isa, version) = isa_version(ptx);
-        let hinted = isa >= (8, 0);
-        let load = if hinted {
-            "ld.global.L1::no_allocate.v4.b32 {%r, %r, %r, %r}, [%rd];"
-        } else {
-            "ld.global.v4.b32 {%r, %r, %r, %r}, [%rd];"
-        };
-        let blocks = asm_blocks(entry(ptx, "golden_ld_v4_streamed"));
-        assert_eq!(blocks, ["cvta.to.global.u64 %rd, %rd;", load], "sm_{cc} (PTX {version})");
-        assert_eq!(hinted, cc >= 90, "sm_{cc}: PTX {version}");
+        let is_hinted = isa >= (8, 0);
+        let access = if is_hinted { hinted } else { plain };
+        let blocks = asm_blocks(entry(ptx, name));
+        assert_eq!(blocks, ["cvta.to.global.u64 %rd, %rd;", access], "{name}: sm_{cc} (PTX {version})");
+        assert_eq!(is_hinted, cc >= 90, "sm_{cc}: PTX {version}");
     }
 }
 
-/// The kept store carries its L2 policy in the PTX ISA 8.0 builds (the sm_90 module; the hint needs 7.4, and
-/// the sm_80 module is 7.0) and is the plain vector store elsewhere.
+/// The streamed load carries the L1 hint where the PTX allows and is the plain vector load elsewhere.
+#[test]
+fn streamed_load_skips_l1_allocation_where_the_ptx_allows() {
+    assert_hinted_where_the_ptx_allows(
+        "golden_ld_v4_streamed",
+        "ld.global.L1::no_allocate.v4.b32 {%r, %r, %r, %r}, [%rd];",
+        "ld.global.v4.b32 {%r, %r, %r, %r}, [%rd];",
+    );
+}
+
+/// The kept store carries its L2 policy where the PTX allows and is the plain vector store elsewhere.
 #[test]
 fn kept_store_asks_l2_to_evict_it_last_where_the_ptx_allows() {
-    for (cc, ptx) in modules() {
-        let (isa, version) = isa_version(ptx);
-        let hinted = isa >= (8, 0);
-        let store = if hinted {
-            "{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; \
-             st.global.L2::cache_hint.v4.b32 [%rd], {%r, %r, %r, %r}, pol; }"
-        } else {
-            "st.global.v4.b32 [%rd], {%r, %r, %r, %r};"
-        };
-        let blocks = asm_blocks(entry(ptx, "golden_st_v4_kept"));
-        assert_eq!(blocks, ["cvta.to.global.u64 %rd, %rd;", store], "sm_{cc} (PTX {version})");
-        assert_eq!(hinted, cc >= 90, "sm_{cc}: PTX {version}");
-    }
+    assert_hinted_where_the_ptx_allows(
+        "golden_st_v4_kept",
+        "{ .reg .b64 pol; createpolicy.fractional.L2::evict_last.b64 pol, 1.0; \
+         st.global.L2::cache_hint.v4.b32 [%rd], {%r, %r, %r, %r}, pol; }",
+        "st.global.v4.b32 [%rd], {%r, %r, %r, %r};",
+    );
 }
 
 /// The TMA entries and their exact PTX: in the sm_90 module, and absent from the sm_80 one.

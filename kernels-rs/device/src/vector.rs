@@ -231,11 +231,7 @@ impl VectorsMut {
     #[inline(always)]
     #[track_caller]
     pub fn store(&self, k: usize, v: V16) {
-        let (p, bytes) = self.range.vector(k);
-        #[cfg(not(target_arch = "nvptx64"))]
-        self.track_write(p, bytes);
-        // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
-        unsafe { store_at(p, bytes, v) }
+        self.store_with(k, v, GlobalPtr::st_v4);
     }
 
     /// [`store`](Self::store) for a vector read back soon, by a later kernel or another block: a whole,
@@ -245,15 +241,18 @@ impl VectorsMut {
     #[inline(always)]
     #[track_caller]
     pub fn store_kept(&self, k: usize, v: V16) {
+        self.store_with(k, v, GlobalPtr::st_v4_kept);
+    }
+
+    /// [`store`](Self::store), a whole aligned vector stored by `whole` (one of `GlobalPtr`'s 16-byte stores).
+    #[inline(always)]
+    #[track_caller]
+    fn store_with(&self, k: usize, v: V16, whole: unsafe fn(GlobalPtr, V16)) {
         let (p, bytes) = self.range.vector(k);
         #[cfg(not(target_arch = "nvptx64"))]
         self.track_write(p, bytes);
-        if bytes == VECTOR_BYTES && p.addr().is_multiple_of(VECTOR_BYTES) {
-            // SAFETY: 16 bytes at `p` lie inside the range (live global memory), 16-byte aligned.
-            return unsafe { p.st_v4_kept(v) };
-        }
         // SAFETY: `bytes` bytes at `p` lie inside the range, live global memory (the handle's contract).
-        unsafe { store_at(p, bytes, v) }
+        unsafe { store_at(p, bytes, v, whole) }
     }
 
     /// Stores vectors `lo..hi` of `src` here, vector `k` of `src` as vector `k - first` of this range;
@@ -364,16 +363,17 @@ unsafe fn load_at(p: GlobalPtr, n: usize) -> V16 {
     [v as u32, (v >> 32) as u32, (v >> 64) as u32, (v >> 96) as u32]
 }
 
-/// Stores the low `n <= 16` bytes of `v` at `p`, as [`load_at`] loads them.
+/// Stores the low `n <= 16` bytes of `v` at `p`, as [`load_at`] loads them: a whole, aligned vector by
+/// `whole` (one of `GlobalPtr`'s 16-byte stores).
 ///
 /// # Safety
 ///
-/// `n` bytes at `p` are writable global memory.
+/// `n` bytes at `p` are writable global memory, and `whole` stores 16 bytes at a 16-byte aligned address.
 #[inline(always)]
-unsafe fn store_at(p: GlobalPtr, n: usize, v: V16) {
+unsafe fn store_at(p: GlobalPtr, n: usize, v: V16, whole: unsafe fn(GlobalPtr, V16)) {
     if n == VECTOR_BYTES && p.addr().is_multiple_of(VECTOR_BYTES) {
         // SAFETY: 16 writable bytes, 16-byte aligned (the caller).
-        return unsafe { p.st_v4(v) };
+        return unsafe { whole(p, v) };
     }
     if n == 8 && p.addr().is_multiple_of(8) {
         // SAFETY: 8 writable bytes, 8-byte aligned (the caller): what `store_partial` would store, inline
