@@ -422,24 +422,31 @@ fn tensor_parallel_gemv_shapes() {
     use ferrocomm_kernels::TpShape;
     for world in [2, 4] {
         let team = team(world);
-        let mut comm = Communicator::new(&team).unwrap();
-        // One partial tile, a tile and a half, tokens on both sides of the 8 rows of an `A` half, odd shard
-        // rows; one whole 64-row iteration, one with `x` rows not 16-byte aligned, and several splits of
-        // whole iterations with a partial last one.
-        for (i, (tokens, hidden, k)) in [
-            (1, 8, 4 * world),
-            (1, 64, 24 * world),
-            (3, 264, 13 * world),
-            (5, 40, 7 * world),
-            (16, 520, 9 * world),
-            (9, 64, 64 * world),
-            (2, 72, 67 * world),
-            (4, 64, 200 * world),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            check(verify::tp_gemv(&mut comm, TpShape { tokens, hidden, k }, i as u64));
+        // Blocks whose warps share the rows of a split two ways, or not at all.
+        for (row_groups, min_tokens) in [(1u64, 17), (2, 1)] {
+            let tuning = Tuning { tp_row_groups_min_tokens: min_tokens, ..Tuning::emulator() };
+            let mut comm = Communicator::with_tuning(&team, tuning).unwrap();
+            // One partial tile, a tile and a half, tokens on both sides of the 8 rows of an `A` half, odd shard
+            // rows; one whole 64-row iteration, one with `x` rows not 16-byte aligned, and several splits of
+            // whole iterations with a partial last one.
+            for (i, (tokens, hidden, k)) in [
+                (1, 8, 4 * world),
+                (1, 64, 24 * world),
+                (3, 264, 13 * world),
+                (5, 40, 7 * world),
+                (16, 520, 9 * world),
+                (9, 64, 64 * world),
+                (2, 72, 67 * world),
+                (4, 64, 200 * world),
+                (3, 264, 300 * world),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let shape = TpShape { tokens, hidden, k };
+                assert_eq!(comm.tp_plan(shape).unwrap().row_groups, row_groups, "{shape:?}");
+                check(verify::tp_gemv(&mut comm, shape, i as u64));
+            }
         }
     }
 }
@@ -448,7 +455,7 @@ fn tensor_parallel_gemv_shapes() {
 fn a_launch_past_the_gemvs_launch_bounds_is_refused() {
     use ferrocomm::{Error, LaunchConfig, SymBuffer};
     use ferrocomm_kernels::TpShape;
-    use ferrocomm_kernels::kernels::tp_decode::tp_gemv;
+    use ferrocomm_kernels::kernels::tp_decode::tp_gemv_rows1;
     let team = team(2);
     let comm = Communicator::new(&team).unwrap();
     let plan = comm.tp_plan(TpShape { tokens: 1, hidden: 8, k: 8 }).unwrap();
@@ -456,8 +463,8 @@ fn a_launch_past_the_gemvs_launch_bounds_is_refused() {
     let w = SymBuffer::<bf16>::new(&team, (plan.k_local * plan.hidden) as usize).unwrap();
     let mut partials = SymBuffer::<f32>::new(&team, plan.partials_len()).unwrap();
     let cfg = LaunchConfig::new(1, 256);
-    match tp_gemv::launch(&team, cfg, &x, &w, &mut partials, plan).map(|g| g.wait()) {
-        Err(Error::BadLaunchConfig { kernel: "tp_gemv", reason }) => {
+    match tp_gemv_rows1::launch(&team, cfg, &x, &w, &mut partials, plan).map(|g| g.wait()) {
+        Err(Error::BadLaunchConfig { kernel: "tp_gemv_rows1", reason }) => {
             assert!(reason.contains("256 threads per block") && reason.contains("at most 128"), "{reason}")
         }
         other => panic!("expected BadLaunchConfig, got {other:?}"),
@@ -494,12 +501,12 @@ fn the_fused_steps_grid_fits_its_signal_pad_on_a_whole_gpu() {
     // One rank with an H200's 132 multiprocessors: three blocks on each, 396, within the pad's epoch slots
     // (one per block of a launch), so the fused step has the GEMV's whole grid.
     let (gemv, fused) = plans(132);
-    assert_eq!(gemv.tiles * gemv.splits, 32 * 12, "{gemv:?}");
-    assert_eq!((fused.tiles, fused.splits), (gemv.tiles, gemv.splits), "{fused:?}");
+    assert_eq!(gemv.grid(), 32 * 12, "{gemv:?}");
+    assert_eq!(fused, gemv);
     // The most blocks a rank may use (256 per kernel, three per multiprocessor): still within the slots.
     let (gemv, fused) = plans(256);
-    assert_eq!((fused.tiles, fused.splits), (gemv.tiles, gemv.splits), "{fused:?}");
-    assert!(fused.tiles * fused.splits <= SIGNAL_PAD_EPOCH_SLOTS as u64, "{fused:?}");
+    assert_eq!(fused, gemv);
+    assert!(fused.grid() <= SIGNAL_PAD_EPOCH_SLOTS, "{fused:?}");
 }
 
 #[test]
@@ -512,6 +519,7 @@ fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
         TpShape { tokens: 17, hidden: 64, k: 8 },
         TpShape { tokens: 1, hidden: 60, k: 8 },
         TpShape { tokens: 1, hidden: 64, k: 7 },
+        TpShape { tokens: 1, hidden: 8, k: 2 << 32 },
     ] {
         assert!(matches!(comm.tp_plan(shape), Err(CommError::BadShape { .. })), "{shape:?} was accepted");
     }
@@ -525,10 +533,14 @@ fn tensor_parallel_decode_steps_every_variant() {
         let mut comm = Communicator::new(&team).unwrap();
         // The fused step in both protocols at every shape: LL packets up to `tp_ll_max_tokens` tokens, a put
         // and a signal per tile above.
-        let mut protocols = [(0, FusedProtocol::Signal), (16, FusedProtocol::Ll)].map(|(most, protocol)| {
-            let tuning = Tuning { tp_ll_max_tokens: most, ..Tuning::emulator() };
-            (Communicator::with_tuning(&team, tuning).unwrap(), protocol)
-        });
+        // Their blocks' warps share no rows (signalled) or share them two ways (LL, and the other variants:
+        // `Tuning::tp_row_groups_min_tokens`).
+        let mut protocols =
+            [(0, 17, FusedProtocol::Signal), (16, 1, FusedProtocol::Ll)].map(|(most, min_tokens, protocol)| {
+                let tuning =
+                    Tuning { tp_ll_max_tokens: most, tp_row_groups_min_tokens: min_tokens, ..Tuning::emulator() };
+                (Communicator::with_tuning(&team, tuning).unwrap(), protocol)
+            });
         // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread. The last shape has
         // four iterations of rows per rank, so the tiles are split several ways and each tile's 320 vectors
         // are reduced in shares (`TpPlan::reduce_parts`): three of 107 after the GEMV, two in the fused step.

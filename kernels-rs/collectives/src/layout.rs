@@ -216,7 +216,8 @@ macro_rules! plain_param {
 /// Output columns of one tile of the tensor-parallel GEMV: 32 lanes × 8 columns (one 16-byte vector of
 /// `bf16` weights per lane and row).
 pub const TP_TILE_COLS: usize = 256;
-/// Warps per block of the tensor-parallel GEMV; warp `w` takes the tile's columns `64w .. 64w + 64`.
+/// Warps per block of the tensor-parallel GEMV; each takes 64 columns of a tile over some of the block's
+/// rows (see [`TpPlan::row_groups`]).
 pub const TP_WARPS: usize = 4;
 /// Rows of `w` in one k-step of the tensor-parallel GEMV: the `k` of `mma.m16n8k16`.
 pub const TP_CHUNK_ROWS: usize = 16;
@@ -253,7 +254,10 @@ pub mod tp_pad {
 
 /// The by-value description of a tensor-parallel decode launch: `y[tokens, hidden] = x[tokens, k_local] ·
 /// w[k_local, hidden]` on each rank, the rows of `w` cut into `splits` ranges per tile of
-/// [`TP_TILE_COLS`] columns.
+/// [`TP_TILE_COLS`] columns, each range taken by `row_groups` blocks (`TP_TILE_COLS / row_groups` columns
+/// each), whose warps split the range's rows `row_groups` ways and add their sums in shared memory before
+/// the block stores them: the split-K partial sums, which every epilogue reads back, shrink `row_groups`
+/// times for the same grid.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TpPlan {
@@ -265,8 +269,11 @@ pub struct TpPlan {
     pub k_local: u64,
     /// Column tiles: `hidden.div_ceil(TP_TILE_COLS)`.
     pub tiles: u64,
-    /// Row ranges per tile; the grid is `tiles * splits` blocks.
+    /// Row ranges per tile: partial sums per tile and rank.
     pub splits: u64,
+    /// Warps of a block that share a range's rows, taking every `row_groups`-th 64-row iteration of it: 1,
+    /// 2 or 4 ([`TP_WARPS`]). The grid is `tiles * row_groups * splits` blocks ([`TpPlan::grid`]).
+    pub row_groups: u64,
     /// The RMSNorm's epsilon, as `f32` bits.
     pub eps_bits: u64,
 }
@@ -284,22 +291,53 @@ impl TpPlan {
         self.partial(self.tiles as usize, 0)
     }
 
+    /// Blocks of the product per tile: `row_groups` blocks of columns for each of the `splits` ranges.
+    #[inline(always)]
+    pub const fn blocks_per_tile(&self) -> usize {
+        (self.row_groups * self.splits) as usize
+    }
+
+    /// Blocks of the product (and of the fused step): `tiles * blocks_per_tile()`.
+    #[inline(always)]
+    pub const fn grid(&self) -> usize {
+        self.tiles as usize * self.blocks_per_tile()
+    }
+
+    /// Where block `r` of a tile's [`blocks_per_tile`](Self::blocks_per_tile) computes: its range (split)
+    /// `r % splits` and its columns, the `(r / splits)`-th `TP_TILE_COLS / row_groups` of the tile.
+    #[inline(always)]
+    pub const fn block_in_tile(&self, r: usize) -> (usize, usize) {
+        // In 32 bits, as is every count here: a GPU divides them in a few instructions, where 64-bit
+        // division is a subroutine every block of the product waits for before its first load.
+        let (r, splits) = (r as u32, self.splits as u32);
+        ((r / splits) as usize, (r % splits) as usize)
+    }
+
+    /// Block `b` of the grid: its tile, and its place among the tile's blocks (see
+    /// [`block_in_tile`](Self::block_in_tile)).
+    #[inline(always)]
+    pub const fn tile_of_block(&self, b: u32) -> (usize, usize) {
+        let per = self.blocks_per_tile() as u32;
+        ((b / per) as usize, (b % per) as usize)
+    }
+
     /// Blocks that reduce each tile in the decode step's epilogues, each a contiguous share of the tile's
     /// `tokens × 64` vectors: enough for about one vector per thread (one block at 1 token, eight at 16),
-    /// and at most `splits` (in the fused step a tile's own blocks reduce it). Each one's sums of squares
-    /// take an entry of `TP_MAX_TOKENS` `f32`s: `tiles × reduce_parts` of them.
+    /// and at most `blocks_per_tile()` (in the fused step a tile's own blocks reduce it). Each one's sums of
+    /// squares take an entry of `TP_MAX_TOKENS` `f32`s: `tiles × reduce_parts` of them.
     #[inline(always)]
     pub const fn reduce_parts(&self) -> usize {
         let parts = (self.tokens as usize * TP_TILE_COLS / 4).div_ceil(TP_WARPS * 32);
-        let splits = self.splits as usize;
-        if parts < splits { parts } else { splits }
+        let most = self.blocks_per_tile();
+        if parts < most { parts } else { most }
     }
 
     /// This split's rows: `start..end` of `k_local`, in whole iterations of [`TP_ITERATION_ROWS`] (the last split
     /// may hold fewer, or none).
     #[inline(always)]
     pub const fn rows(&self, split: usize) -> (usize, usize) {
-        let per = (self.k_local as usize).div_ceil(self.splits as usize).next_multiple_of(TP_ITERATION_ROWS);
+        let per = (self.k_local as u32).div_ceil(self.splits as u32) as usize;
+        let per = per.next_multiple_of(TP_ITERATION_ROWS);
         let start = split * per;
         let end = start + per;
         let k = self.k_local as usize;
@@ -364,15 +402,33 @@ mod tests {
     }
 
     #[test]
-    fn a_tile_is_reduced_by_a_block_per_block_of_vectors_and_at_most_one_per_split() {
-        let plan = |tokens, splits| TpPlan { tokens, hidden: 8192, k_local: 8192, tiles: 32, splits, eps_bits: 0 };
+    fn a_tile_is_reduced_by_a_block_per_block_of_vectors_and_at_most_one_per_block_of_the_tile() {
+        let plan = |tokens, splits, row_groups| TpPlan {
+            tokens,
+            hidden: 8192,
+            k_local: 8192,
+            tiles: 32,
+            splits,
+            row_groups,
+            eps_bits: 0,
+        };
         // 64 vectors per token, 128 threads per block.
-        assert_eq!(plan(1, 12).reduce_parts(), 1);
-        assert_eq!(plan(2, 12).reduce_parts(), 1);
-        assert_eq!(plan(3, 12).reduce_parts(), 2);
-        assert_eq!(plan(16, 12).reduce_parts(), 8);
-        assert_eq!(plan(16, 5).reduce_parts(), 5);
-        assert_eq!(plan(16, 1).reduce_parts(), 1);
+        assert_eq!(plan(1, 12, 1).reduce_parts(), 1);
+        assert_eq!(plan(2, 12, 1).reduce_parts(), 1);
+        assert_eq!(plan(3, 12, 1).reduce_parts(), 2);
+        assert_eq!(plan(16, 12, 1).reduce_parts(), 8);
+        assert_eq!(plan(16, 5, 1).reduce_parts(), 5);
+        assert_eq!(plan(16, 1, 1).reduce_parts(), 1);
+        assert_eq!(plan(16, 3, 4).reduce_parts(), 8);
+        assert_eq!(plan(16, 1, 4).reduce_parts(), 4);
+    }
+
+    #[test]
+    fn a_tiles_blocks_take_every_range_of_rows_for_every_block_of_columns() {
+        let plan = TpPlan { tokens: 1, hidden: 8192, k_local: 8192, tiles: 32, splits: 3, row_groups: 4, eps_bits: 0 };
+        assert_eq!((plan.blocks_per_tile(), plan.grid()), (12, 384));
+        let places: std::collections::BTreeSet<_> = (0..12).map(|r| plan.block_in_tile(r)).collect();
+        assert_eq!(places, (0..4).flat_map(|part| (0..3).map(move |split| (part, split))).collect());
     }
 
     #[test]

@@ -38,7 +38,7 @@
 //! | [`put`] | put / get by a group; put-with-signal; non-blocking put; `fence` / `quiet` |
 //! | [`nvshmem`] | remote-capable put-with-signal, signal, wait and quiet: NVSHMEM's device API in the NVSHMEM flavour, the library's own stores elsewhere |
 //! | [`bulk`] | TMA bulk copies (`cp.async.bulk`, mbarriers) and `BulkCopier`, a block's staged copy engine |
-//! | [`reduce`] | block-wide sums through dynamic shared memory (`sum_across_block`), warp sums spread over the lanes (`sum_across_warp_spread`) |
+//! | [`reduce`] | block-wide sums through dynamic shared memory (`sum_across_block`; per lane over groups of warps, `sum_across_warp_groups`), warp sums spread over the lanes (`sum_across_warp_spread`) |
 //! | [`queue`] | host queues: a single-producer descriptor ring per rank in host-mapped memory (a proxy's) |
 //! | [`vector`] | 16-byte vector access to a range of global memory, tails and misalignment handled |
 //! | [`ll`] | LL packets: data and flag in one 16-byte store |

@@ -65,6 +65,66 @@ pub fn sum_across_block<const R: usize>(values: [f32; R]) -> [f32; R] {
     total
 }
 
+/// Dynamic shared memory [`sum_across_warp_groups`] needs for `vectors` vectors of four `f32`s per lane in
+/// blocks of `warps` warps (room for every warp but one).
+pub const fn sum_across_warp_groups_bytes(vectors: usize, warps: usize) -> usize {
+    warps.saturating_sub(1) * vectors * 32 * 16
+}
+
+/// Four `f32`s aligned to 16 bytes, so that shared memory moves them with one access.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct Quad([f32; 4]);
+
+/// Sums each lane's `values` over the same lane of every warp in its group of `group` consecutive warps
+/// (warps `0 .. group`, `group .. 2 group`, ...): the group's first warp gets the totals, added in warp
+/// order, the other warps `None`. This is how the warps of a block that took different rows of a split-K
+/// product combine it, so that one warp stores one partial sum where `group` would have. `group` divides
+/// the block's warps and is the same in every thread; 1 returns `values` with no barrier. Through shared
+/// memory, `[writer][vector][lane]` so that a warp's accesses are 32 consecutive 16-byte vectors: the launch
+/// must give the block at least [`sum_across_warp_groups_bytes`]`(N, warps)` of dynamic shared memory
+/// (panics otherwise), which the call leaves free for the next.
+#[inline(always)]
+#[track_caller]
+pub fn sum_across_warp_groups<const N: usize>(values: [[f32; 4]; N], group: usize) -> Option<[[f32; 4]; N]> {
+    let warps = warps_per_block() as usize;
+    assert!(
+        block_size().is_multiple_of(32) && group > 0 && warps.is_multiple_of(group),
+        "sum_across_warp_groups needs blocks of whole warps in whole groups"
+    );
+    if group == 1 {
+        return Some(values);
+    }
+    let stash = dynamic_shared::<Quad>();
+    assert!(
+        stash.len() * 16 >= sum_across_warp_groups_bytes(N, warps),
+        "sum_across_warp_groups needs more dynamic shared memory (see sum_across_warp_groups_bytes)"
+    );
+    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
+    // Writer `w` is the `(w % (group - 1) + 1)`-th warp of group `w / (group - 1)`.
+    let (first_writer, place) = ((warp / group) * (group - 1), warp % group);
+    let at = |writer: usize, v: usize| (writer * N + v) * 32 + lane;
+    if place != 0 {
+        for (v, &x) in values.iter().enumerate() {
+            // SAFETY: this lane's own slots, read only after the barrier below.
+            unsafe { stash.write(at(first_writer + place - 1, v), Quad(x)) };
+        }
+    }
+    sync_threads();
+    let mut total = values;
+    if place == 0 {
+        for writer in first_writer..first_writer + group - 1 {
+            for (v, t) in total.iter_mut().enumerate() {
+                // SAFETY: written before the barrier above; nothing writes it until the barrier below.
+                let Quad(x) = unsafe { stash.read(at(writer, v)) };
+                *t = [t[0] + x[0], t[1] + x[1], t[2] + x[2], t[3] + x[3]];
+            }
+        }
+    }
+    sync_threads();
+    if place == 0 { Some(total) } else { None }
+}
+
 /// Lanes per value once [`sum_across_warp_spread`] has spread `R` values over the warp: `Some(32 / R)`
 /// when `R` is a power of two of at most 32, else `None` (every lane holds every total).
 #[inline(always)]

@@ -4,10 +4,10 @@
 use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
 use ferrocomm_device::abi::{LlPacket, SIGNAL_PAD_EPOCH_SLOTS};
 use ferrocomm_device::bf16;
-use ferrocomm_device::reduce::sum_across_block_bytes;
+use ferrocomm_device::reduce::{sum_across_block_bytes, sum_across_warp_groups_bytes};
 
 use super::{CommError, Communicator, Op};
-use crate::kernels::tp_decode;
+use crate::kernels::tp_decode::{self, OneRowGroup, TwoRowGroups};
 use crate::layout::{
     MAX_BLOCKS, TP_ITERATION_ROWS, TP_MAX_TILES, TP_MAX_TOKENS, TP_RESIDENT_BLOCKS_PER_SM, TP_TILE_COLS, TP_WARPS,
     TpPlan, tp_pad,
@@ -16,6 +16,18 @@ use crate::layout::{
 // The fused step runs as many blocks as the GEMV alone (up to `MAX_BLOCKS` multiprocessors' worth), and each
 // block of a kernel that uses a signal pad has an epoch slot in it.
 const _: () = assert!(MAX_BLOCKS * TP_RESIDENT_BLOCKS_PER_SM as usize <= SIGNAL_PAD_EPOCH_SLOTS);
+
+/// `launcher::<G>(args...)` with `G` the instance type of `plan.row_groups` ([`tp_decode::RowGroups`]):
+/// the product's kernels have an instance per count.
+macro_rules! with_row_groups {
+    ($plan:expr, $($launcher:ident)::+ ($($arg:expr),* $(,)?)) => {
+        if $plan.row_groups == 1 {
+            $($launcher)::+::<OneRowGroup>($($arg),*)
+        } else {
+            $($launcher)::+::<TwoRowGroups>($($arg),*)
+        }
+    };
+}
 
 /// The RMSNorm's epsilon.
 pub const TP_RMS_EPS: f32 = 1e-5;
@@ -42,8 +54,9 @@ impl TpShape {
 impl Communicator<'_> {
     /// The plan of `shape` on this team: its column tiles and as many row splits per tile as keep the grid
     /// within `Tuning::tp_blocks_per_sm` blocks on each multiprocessor a rank may use (`Tuning::max_blocks`),
-    /// each split whole iterations (`TP_ITERATION_ROWS` rows) but the last. A shape the kernels cannot run is
-    /// an error saying why.
+    /// each split whole iterations (`TP_ITERATION_ROWS` rows) but the last, and two row groups per block from
+    /// `Tuning::tp_row_groups_min_tokens` tokens where they fill that wave as well as one would. A shape the
+    /// kernels cannot run is an error saying why.
     pub fn tp_plan(&self, shape: TpShape) -> Result<TpPlan, CommError> {
         self.tp_plan_within(shape, (self.tuning().tp_blocks_per_sm * self.tuning().max_blocks) as usize)
     }
@@ -62,16 +75,29 @@ impl Communicator<'_> {
             return bad(format!("k must be a positive multiple of the team size ({world})"));
         }
         let (tiles, k_local) = (shape.hidden.div_ceil(TP_TILE_COLS), shape.k_local(world));
+        if k_local > u32::MAX as usize {
+            return bad(format!("k / world must be below 2^32 rows (the kernels count rows in 32 bits): {k_local}"));
+        }
         // One wave of at most `max_grid` blocks (a second, partly filled wave would cost a whole block's
         // time), the splits as even as whole iterations allow.
-        let most = (max_grid / tiles).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
-        let splits = k_local.div_ceil(k_local.div_ceil(most).next_multiple_of(TP_ITERATION_ROWS));
+        let splits = |row_groups: usize| {
+            let most = (max_grid / (tiles * row_groups)).clamp(1, k_local.div_ceil(TP_ITERATION_ROWS));
+            k_local.div_ceil(k_local.div_ceil(most).next_multiple_of(TP_ITERATION_ROWS))
+        };
+        // Two row groups from `tp_row_groups_min_tokens` tokens, where their wave holds as many blocks as
+        // one's and stays within `max_grid` (one row group always may: one split per tile is the least grid
+        // there is).
+        let shared_rows = shape.tokens >= self.tuning().tp_row_groups_min_tokens as usize
+            && tiles * 2 <= max_grid
+            && 2 * splits(2) >= splits(1);
+        let row_groups = if shared_rows { 2 } else { 1 };
         Ok(TpPlan {
             tokens: shape.tokens as u64,
             hidden: shape.hidden as u64,
             k_local: k_local as u64,
             tiles: tiles as u64,
-            splits: splits as u64,
+            splits: splits(row_groups) as u64,
+            row_groups: row_groups as u64,
             eps_bits: u64::from(TP_RMS_EPS.to_bits()),
         })
     }
@@ -92,10 +118,16 @@ impl Communicator<'_> {
                 ("tensor-parallel partial sums (at least TpPlan::partials_len)", plan.partials_len());
             return Err(CommError::LengthMismatch { what, expected, found: partials.len() });
         }
-        let blocks = (plan.tiles * plan.splits) as u32;
-        let cfg = LaunchConfig::new(blocks, (TP_WARPS * 32) as u32);
-        Ok(tp_decode::tp_gemv::launch(self.team(), cfg, x, w, partials, plan)?)
+        let cfg = LaunchConfig::new(plan.grid() as u32, (TP_WARPS * 32) as u32)
+            .with_shared_bytes(product_shared_bytes(plan) as u32);
+        Ok(with_row_groups!(plan, tp_decode::tp_gemv::launch(self.team(), cfg, x, w, partials, plan))?)
     }
+}
+
+/// Dynamic shared memory of a block of `plan`'s product: where its warps share rows, their products meet
+/// there (none otherwise, which leaves that much more to L1).
+fn product_shared_bytes(plan: TpPlan) -> usize {
+    if plan.row_groups > 1 { sum_across_warp_groups_bytes(8, TP_WARPS) } else { 0 }
 }
 
 /// `found` elements where `what` needs exactly `expected`.
@@ -190,7 +222,7 @@ impl TpDecode {
         let team = comm.team();
         let world = comm.world();
         let tiles_len = plan.tiles as usize * shape.tokens * TP_TILE_COLS;
-        let squares_len = (fused.tiles * fused.splits) as usize * TP_MAX_TOKENS;
+        let squares_len = fused.grid() * TP_MAX_TOKENS;
         let fused_buffers = if shape.tokens <= comm.tuning().tp_ll_max_tokens as usize {
             // Two packets per 16-byte vector of `f32`s: half a packet per `f32`.
             let packets = |floats: usize| floats / 2;
@@ -213,8 +245,8 @@ impl TpDecode {
             partials: SymBuffer::new(team, plan.partials_len())?,
             y: SymBuffer::new(team, tiles_len)?,
             gather: SymBuffer::new(team, tiles_len)?,
-            // Each reducing block's sums of squares: at most `splits` per tile (`TpPlan::reduce_parts`).
-            squares: SymBuffer::new(team, (plan.tiles * plan.splits) as usize * TP_MAX_TOKENS)?,
+            // Each reducing block's sums of squares: at most `blocks_per_tile` per tile (`TpPlan::reduce_parts`).
+            squares: SymBuffer::new(team, plan.grid() * TP_MAX_TOKENS)?,
             two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
             fused_buffers,
             fused_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.fused", tp_pad::SIGNALS)?,
@@ -281,17 +313,22 @@ impl TpDecode {
             TpVariant::Fused => {
                 let plan = self.fused;
                 check_operands(plan, x, w)?;
-                let shared = sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS);
-                let cfg =
-                    LaunchConfig::new((plan.tiles * plan.splits) as u32, threads).with_shared_bytes(shared as u32);
+                let shared = sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS).max(product_shared_bytes(plan));
+                let cfg = LaunchConfig::new(plan.grid() as u32, threads).with_shared_bytes(shared as u32);
                 let (team, pad) = (comm.team(), &self.fused_pad);
                 match &mut self.fused_buffers {
-                    FusedBuffers::Ll { partials, gather, squares } => tp_decode::tp_fused_ll::launch(
-                        team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan,
+                    FusedBuffers::Ll { partials, gather, squares } => with_row_groups!(
+                        plan,
+                        tp_decode::tp_fused_ll::launch(
+                            team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan
+                        )
                     )?
                     .wait()?,
-                    FusedBuffers::Signal { partials, gather, squares } => tp_decode::tp_fused::launch(
-                        team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan,
+                    FusedBuffers::Signal { partials, gather, squares } => with_row_groups!(
+                        plan,
+                        tp_decode::tp_fused::launch(
+                            team, cfg, x, w, partials, gather, squares, residual, gamma, out, pad, plan
+                        )
                     )?
                     .wait()?,
                 }

@@ -51,6 +51,13 @@ pub struct Tuning {
     /// fills at most, in one wave: on GPUs the 3 its launch bounds keep resident (`TP_RESIDENT_BLOCKS_PER_SM`;
     /// the fused step never plans more).
     pub tp_blocks_per_sm: u32,
+    /// Decode steps of at least this many tokens run the tensor-parallel GEMV with two warps sharing each
+    /// range of rows (`TpPlan::row_groups` 2, where the wave holds as many blocks as with one), which
+    /// halves the split-K partial sums the epilogues read back; a value past `TP_MAX_TOKENS` never does.
+    /// On GPUs 8, measured on an H200 shared by two ranks (H = K = 8192): the two-kernel step at 16 tokens
+    /// 55.8 against 60.0–60.3 µs and the fused one 53.1 against 55.2–55.4, where at 1 and 4 tokens the
+    /// partial sums are small and nothing was gained (8 itself was not measured).
+    pub tp_row_groups_min_tokens: u32,
     /// Decode steps of at most this many tokens run the fused step on LL packets (`tp_fused_ll`: no fence on
     /// either hop), larger ones with a put and a signal per tile (`tp_fused`). On GPUs 4, measured on an
     /// H200 shared by two ranks (H = K = 8192): LL 44.6 against 47.6 µs at 1 token and 47.9 against 48.8 at
@@ -138,6 +145,7 @@ impl Tuning {
                 "bulk_stage_bytes" => next.bulk_stage_bytes = value as usize,
                 "bulk_min_bytes" => next.bulk_min_bytes = value as usize,
                 "tp_blocks_per_sm" => next.tp_blocks_per_sm = small(value)?,
+                "tp_row_groups_min_tokens" => next.tp_row_groups_min_tokens = small(value)?,
                 "tp_ll_max_tokens" => next.tp_ll_max_tokens = small(value)?,
                 _ => return Err(bad("no such field (see `Tuning`)")),
             }
@@ -182,6 +190,7 @@ impl Tuning {
             bulk_stage_bytes: GPU_BULK_STAGE_BYTES,
             bulk_min_bytes: GPU_BULK_MIN_BYTES,
             tp_blocks_per_sm: 3,
+            tp_row_groups_min_tokens: 8,
             tp_ll_max_tokens: 4,
         }
     }
@@ -205,6 +214,8 @@ impl Tuning {
             bulk_stage_bytes: 16,
             bulk_min_bytes: 256,
             tp_blocks_per_sm: 4,
+            // Every test shape shares the rows where its grid has room; the tests set it past 16 for one.
+            tp_row_groups_min_tokens: 1,
             // As on GPUs: the tests' shapes of 1 to 3 tokens take the LL step, the others the signalled one.
             tp_ll_max_tokens: 4,
         }

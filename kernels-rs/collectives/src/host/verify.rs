@@ -351,7 +351,10 @@ pub fn tp_gemv(comm: &mut Communicator<'_>, shape: crate::TpShape, seed: u64) ->
     let mut partials = SymBuffer::<f32>::new(team, plan.partials_len())?;
     let (xs, ws) = (fill(&mut x, seed)?, fill(&mut w, seed ^ 0x5EED)?);
     comm.tp_gemv(&x, &w, &mut partials, plan)?.wait()?;
-    let what = format!("tensor-parallel GEMV {shape:?} ({} tiles x {} splits)", plan.tiles, plan.splits);
+    let what = format!(
+        "tensor-parallel GEMV {shape:?} ({} tiles x {} splits, {} row groups)",
+        plan.tiles, plan.splits, plan.row_groups
+    );
     for rank in partials.local_ranks() {
         let p = partials.to_host(rank)?;
         let mut y = vec![0.0f32; tokens * hidden];

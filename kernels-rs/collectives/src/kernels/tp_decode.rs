@@ -7,10 +7,12 @@
 //! as it is done ([`tp_fused_ll`](fn@tp_fused_ll) in LL packets for few tokens, [`tp_fused`](fn@tp_fused) with
 //! a put and a signal per tile for more).
 //!
-//! Block `b` of the `tiles * splits` grid computes tile `b / splits` (256 columns) over the rows of split
-//! `b % splits`, on the tensor cores: warp `w` owns the tile's columns `64w .. 64w + 64` for
-//! every token at once (the tokens are the 16 rows of `mma.m16n8k16`'s `A`, padded with zeros), so each
-//! weight is read once by one warp, whatever the token count, and the warps never meet.
+//! Block `b` of the [`TpPlan::grid`] computes, for tile `b / blocks_per_tile` (256 columns), its
+//! `256 / row_groups` columns over the rows of its split ([`TpPlan::block_in_tile`]), on the tensor cores:
+//! each warp owns 64 of the columns for every token at once (the tokens are the 16 rows of
+//! `mma.m16n8k16`'s `A`, padded with zeros), over every `row_groups`-th iteration of the split's rows, so
+//! each weight is read once by one warp, whatever the token count. The warps of a column group then add
+//! their sums in shared memory, and the first stores them: the partial tile of (tile, split).
 //!
 //! A warp takes [`TP_ITERATION_ROWS`] (64) rows of `w` at a time. Lane `(g, t)` holds the 16-byte vectors of
 //! its 8 columns `64w + 8g ..` on the 16 consecutive rows `16t .. 16t + 16` of them (16 loads in flight,
@@ -25,11 +27,11 @@ use ferrocomm_device::ll::ll_flag;
 use ferrocomm_device::math::{fma, rsqrt};
 use ferrocomm_device::mma::{mma_m16n8k16_bf16, pack_high_halves, pack_low_halves};
 use ferrocomm_device::prelude::*;
-use ferrocomm_device::reduce::sum_across_block;
+use ferrocomm_device::reduce::{sum_across_block, sum_across_warp_groups};
 use ferrocomm_device::trace::block_mark;
 
 use crate::element::Element;
-use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TpPlan, ll_region, tp_pad};
+use crate::layout::{TP_ITERATION_ROWS, TP_MAX_TOKENS, TP_TILE_COLS, TP_WARPS, TpPlan, ll_region, tp_pad};
 
 /// Polls of the LL step's waits in a tight loop before they back off. Its tile owners and normalising blocks
 /// wait for the slowest blocks of the product, a good part of the kernel: hundreds of blocks polling without
@@ -47,7 +49,9 @@ struct WarpGemv {
     tokens: usize,
     hidden: usize,
     k_local: usize,
-    /// The first of the lane's 8 columns (lane group `g`'s: `64w + 8g` of the tile).
+    /// The warp's 64 columns of the tile: `64 * slot ..`.
+    slot: usize,
+    /// The first of the lane's 8 columns (lane group `g`'s: `64 * slot + 8g` of the tile).
     col: usize,
     /// The lane's place in its group (`t`): its rows of an iteration are `16t .. 16t + 16`.
     quad: usize,
@@ -152,15 +156,16 @@ impl WarpGemv {
         Self::step(acc, op, 3)
     }
 
-    /// The warp's products over rows `start..end`: whole iterations, then one masked one for the rest.
-    /// Every lane takes every step together: `mma.sync` is warp-wide.
+    /// The warp's products over the iterations of rows `start..end` that start at `start`, `start + step`,
+    /// ...: whole iterations, then a masked one if the last is partial. Every lane takes every step
+    /// together: `mma.sync` is warp-wide.
     #[inline(always)]
-    fn products(&self, start: usize, end: usize) -> [[f32; 4]; 8] {
+    fn products(&self, start: usize, end: usize, step: usize) -> [[f32; 4]; 8] {
         let mut acc = [[0.0f32; 4]; 8];
         let mut k = start;
         while k + TP_ITERATION_ROWS <= end {
             acc = Self::multiply(acc, &self.load(k));
-            k += TP_ITERATION_ROWS;
+            k += step;
         }
         if k < end {
             acc = Self::multiply(acc, &self.load_masked(k, end));
@@ -169,39 +174,77 @@ impl WarpGemv {
     }
 }
 
-/// This warp's products for (`tile`, `split`) and the warp's view: lane `(g, t)` ends with, for token `g`
-/// (and `g + 8` in the last two), `acc[j] = [y[g][c], y[g][c + 8], y[g + 8][c], y[g + 8][c + 8]]`,
-/// `c = 64w + 16t + j` of the tile.
+/// A lane's products of one warp: `acc[j]` for the 8 columns `j` of its vectors (see [`gemv_tile`]).
+type Products = [[f32; 4]; 8];
+
+/// How many warps of a GEMV block share a range of rows ([`TpPlan::row_groups`]), as a type: each count is
+/// its own PTX entry of the product's kernels, with the count a constant. (One entry holding both counts
+/// ran the one-group product 3 % slower on an H200: ptxas allocates registers for the whole entry.)
+pub trait RowGroups {
+    /// Warps per range of rows.
+    const COUNT: usize;
+}
+
+/// Every warp of a block takes all of its range's rows (`row_groups == 1`).
+#[derive(Debug, Clone, Copy)]
+pub struct OneRowGroup;
+
+/// Two warps share each range's rows (`row_groups == 2`), half the partial sums.
+#[derive(Debug, Clone, Copy)]
+pub struct TwoRowGroups;
+
+impl RowGroups for OneRowGroup {
+    const COUNT: usize = 1;
+}
+
+impl RowGroups for TwoRowGroups {
+    const COUNT: usize = 2;
+}
+
+/// This block's products: block `r` of tile `tile` (see [`TpPlan::block_in_tile`]). Warp `w` is warp `w %
+/// row_groups` of column group `w / row_groups`, whose 64 columns are slot `part * groups + w / row_groups`
+/// of the tile (`groups = TP_WARPS / row_groups` column groups per block); it takes iterations `w %
+/// row_groups`, `w % row_groups + row_groups`, ... of the split's rows. Returns the warp's view, and its
+/// products summed over its column group for the group's first warp (`None` for the others): lane `(g, t)`
+/// then holds, for token `g` (and `g + 8` in the last two), `acc[j] = [y[g][c], y[g][c + 8], y[g + 8][c],
+/// y[g + 8][c + 8]]`, `c = 64 slot + 16t + j` of the tile. Block-collective; with more than one row group
+/// it needs `sum_across_warp_groups_bytes(8, TP_WARPS)` bytes of dynamic shared memory.
 #[inline(always)]
-fn gemv_tile(x: &[bf16], w: Vectors, plan: &TpPlan, tile: usize, split: usize) -> ([[f32; 4]; 8], WarpGemv) {
-    let lane = lane_id() as usize;
+fn gemv_tile<G: RowGroups>(
+    x: &[bf16],
+    w: Vectors,
+    plan: &TpPlan,
+    tile: usize,
+    r: usize,
+) -> (Option<Products>, WarpGemv) {
+    assert!(plan.row_groups as usize == G::COUNT, "the plan's row groups are not the kernel instance's");
+    let (lane, warp) = (lane_id() as usize, warp_id() as usize);
+    let (part, split) = plan.block_in_tile(r);
+    let slot = part * (TP_WARPS / G::COUNT) + warp / G::COUNT;
     let view = WarpGemv {
         x: Vectors::of(x),
         w,
         tokens: plan.tokens as usize,
         hidden: plan.hidden as usize,
         k_local: plan.k_local as usize,
-        col: tile * TP_TILE_COLS + warp_id() as usize * 64 + 8 * (lane / 4),
+        slot,
+        col: tile * TP_TILE_COLS + slot * 64 + 8 * (lane / 4),
         quad: lane % 4,
         group: lane / 4,
     };
     let (start, end) = plan.rows(split);
-    (view.products(start, end), view)
+    let first = start + (warp % G::COUNT) * TP_ITERATION_ROWS;
+    let acc = view.products(first, end, G::COUNT * TP_ITERATION_ROWS);
+    (sum_across_warp_groups(acc, G::COUNT), view)
 }
 
-/// Stores a warp's products (see [`gemv_tile`]) as the partial tile (tile, split): token `j`'s columns `c ..
-/// c + 4` go to `put(at, v)` as the vector `at = (plan.partial(tile, split) + j * 256 + c) / 4` of the
-/// `[tile][split][token][256]` `f32` partials, 16 columns (four vectors) per lane and token.
+/// Stores a column group's products (see [`gemv_tile`]) as its columns of the partial tile (tile, split):
+/// token `j`'s columns `c .. c + 4` go to `put(at, v)` as the vector `at = (plan.partial(tile, split) + j *
+/// 256 + c) / 4` of the `[tile][split][token][256]` `f32` partials, 16 columns (four vectors) per lane and
+/// token.
 #[inline(always)]
-fn store_tile(
-    plan: &TpPlan,
-    tile: usize,
-    split: usize,
-    acc: &[[f32; 4]; 8],
-    view: &WarpGemv,
-    put: impl Fn(usize, V16),
-) {
-    let first = warp_id() as usize * 64 + 16 * view.quad;
+fn store_tile(plan: &TpPlan, (tile, split): (usize, usize), acc: &Products, view: &WarpGemv, put: impl Fn(usize, V16)) {
+    let first = view.slot * 64 + 16 * view.quad;
     // Element `e` of every `acc[j]`: token `token`, columns `first + 8n + j`. Four calls, not a loop: a rolled
     // loop indexes `acc` at run time, which puts it in local memory.
     let store = |token: usize, e: usize, n: usize| {
@@ -221,25 +264,27 @@ fn store_tile(
 
 /// This rank's split-K partial sums of `x · w` (see the module documentation) into `partials`
 /// (`plan.partials_len()` `f32`s, `[tile][split][token][256]`; columns past `hidden` are left alone).
-/// Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps.
+/// Launch [`TpPlan::grid`] blocks of `TP_WARPS` warps with the dynamic shared memory [`gemv_tile`] needs.
 #[kernel(
     no_wait,
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
     launch_bounds(128, 3),
+    instances(tp_gemv_rows1<OneRowGroup>, tp_gemv_rows2<TwoRowGroups>),
     requires(
         len(w) == plan.k_local * plan.hidden,
         len(x) >= plan.tokens * plan.k_local,
         len(partials) >= plan.tiles * plan.splits * plan.tokens * 256
     )
 )]
-pub fn tp_gemv(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
-    let splits = plan.splits as usize;
-    let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
-    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+pub fn tp_gemv<G: RowGroups>(x: &[bf16], w: &[bf16], partials: &mut [f32], plan: TpPlan) {
+    let (tile, r) = plan.tile_of_block(block_rank());
+    let (acc, view) = gemv_tile::<G>(x, Vectors::of(w), &plan, tile, r);
     let out = VectorsMut::of(partials);
-    // Kept in L2: the epilogue reads them next, and evicted by the weights streaming past they went back to
-    // HBM, taking the weights' bandwidth (6% of the GEMV's time at 16 tokens).
-    store_tile(&plan, tile, split, &acc, &view, |at, v| out.store_kept(at, v));
+    if let Some(acc) = acc {
+        // Kept in L2: the epilogue reads them next, and evicted by the weights streaming past they went back
+        // to HBM, taking the weights' bandwidth (6% of the GEMV's time at 16 tokens).
+        store_tile(&plan, (tile, plan.block_in_tile(r).1), &acc, &view, |at, v| out.store_kept(at, v));
+    }
 }
 
 /// What the epilogue of a decode step reads and writes besides the partial sums and the reduced tiles:
@@ -477,7 +522,7 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, (from, session): (Gathered, &Sessi
 #[kernel(requires(
     len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * plan.splits * 16,
+    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -520,30 +565,31 @@ pub fn tp_reduce_norm(
     normalize(&plan, &e, (gathered, &session));
 }
 
-/// The one-kernel decode step, put + signal per tile: each block computes its partial tile (as
-/// [`tp_gemv`](fn@tp_gemv)) and stores it straight into the tile owner's `partials` (region `rank`: `world`
-/// regions of `plan.partials_len()`), then adds one to the owner's `arrived(tile)`; the owner's blocks of
-/// splits `0 .. plan.reduce_parts()` of each tile wait for all of them and reduce a share of the tile each
+/// The one-kernel decode step, put + signal per tile: each block computes its columns of a partial tile (as
+/// [`tp_gemv`](fn@tp_gemv)) and stores them straight into the tile owner's `partials` (region `rank`:
+/// `world` regions of `plan.partials_len()`), then adds one to the owner's `arrived(tile)`; the owner's
+/// blocks `0 .. plan.reduce_parts()` of each tile wait for all of them and reduce a share of the tile each
 /// with the residual, gathering it to every rank, and the first blocks then normalise `out`. Launch
-/// `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes
-/// of dynamic shared memory; every block must be co-resident. `gather` and `squares` as for
+/// [`TpPlan::grid`] blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes
+/// of dynamic shared memory (and at least [`gemv_tile`]'s); every block must be co-resident. `gather` and `squares` as for
 /// [`tp_reduce_norm`](fn@tp_reduce_norm). The protocol for larger tiles: [`tp_fused_ll`](fn@tp_fused_ll)
 /// for small ones.
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
     launch_bounds(128, 3),
+    instances(tp_fused_rows1<OneRowGroup>, tp_fused_rows2<TwoRowGroups>),
     requires(
     len(w) == plan.k_local * plan.hidden,
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * plan.splits * 16,
+    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
 ))]
 #[allow(clippy::too_many_arguments)]
-pub fn tp_fused(
+pub fn tp_fused<G: RowGroups>(
     x: &[bf16],
     w: &[bf16],
     partials: SymSliceMut<f32>,
@@ -558,14 +604,15 @@ pub fn tp_fused(
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     block_mark("start");
     let session = pad.session();
-    let splits = plan.splits as usize;
-    let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
+    let (tile, r) = plan.tile_of_block(block_rank());
     let owner = session.channel((tile % world) as u32);
     let region = plan.partials_len();
-    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    let (acc, view) = gemv_tile::<G>(x, Vectors::of(w), &plan, tile, r);
     // This rank's region of the owner's partials, which the owner reads only after every block's add below.
     let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
-    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store_kept(at, v));
+    if let Some(acc) = acc {
+        store_tile(&plan, (tile, plan.block_in_tile(r).1), &acc, &view, |at, v| to.store_kept(at, v));
+    }
     sync_threads();
     if thread_rank() == 0 {
         owner.signal(tp_pad::arrived(tile)).add_release(1);
@@ -573,15 +620,15 @@ pub fn tp_fused(
     block_mark("pushed");
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
     let gathered = Gathered { gather, squares };
-    if tile % world == rank && split < plan.reduce_parts() {
+    if tile % world == rank && r < plan.reduce_parts() {
         if thread_rank() == 0 {
-            let all = (world * splits) as u64;
+            let all = (world * plan.blocks_per_tile()) as u64;
             session.local(tp_pad::arrived(tile)).wait_ge(session.epoch() * all);
         }
         sync_threads();
         let mine = partials.local().as_const().vectors();
-        // Share `split` of the tile (the sources' `split` below is the one summed over).
-        reduce_tile(&plan, (tile, split), &e, (gathered, &session), |src, split| {
+        // Share `r` of the tile.
+        reduce_tile(&plan, (tile, r), &e, (gathered, &session), |src, split| {
             mine.sub((src * region + plan.partial(tile, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
         block_mark("reduced");
@@ -591,14 +638,15 @@ pub fn tp_fused(
 
 /// The one-kernel decode step on LL packets, for small tiles (few tokens): no fence, no signal and no
 /// barrier between blocks, where [`tp_fused`](fn@tp_fused) has a release and an acquire on each of its two
-/// hops. Each block computes its partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores it straight into the
-/// tile owner's `partials` as LL packets (region `(epoch parity, rank)` of `2 * world` regions of
-/// `plan.partials_len() / 2` packets: [`ll_region`]); the owner's blocks of splits `0 .. plan.reduce_parts()`
-/// of each tile poll the tile's packets from every rank and split and reduce a share of the tile each with
+/// hops. Each block computes its columns of a partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores them
+/// straight into the tile owner's `partials` as LL packets (region `(epoch parity, rank)` of `2 * world`
+/// regions of `plan.partials_len() / 2` packets: [`ll_region`]); the owner's blocks `0 ..
+/// plan.reduce_parts()` of each tile poll the tile's packets from every rank and split and reduce a share of the tile each with
 /// the residual, sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares
 /// to every rank's `squares` (`tiles x reduce_parts x 8` packets), and the first blocks then poll those and
-/// normalise `out`. Launch `plan.tiles * plan.splits` blocks of `TP_WARPS` warps with
-/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+/// normalise `out`. Launch [`TpPlan::grid`] blocks of `TP_WARPS` warps with
+/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory (and at least [`gemv_tile`]'s);
+/// every block must be co-resident.
 ///
 /// Every packet is polled for, by each thread that reads it, and the packets are twice the data: with many
 /// tokens the pollers (most blocks, at 16 tokens) and the bytes cost more than the fences they save, and
@@ -612,18 +660,19 @@ pub fn tp_fused(
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
     launch_bounds(128, 3),
+    instances(tp_fused_ll_rows1<OneRowGroup>, tp_fused_ll_rows2<TwoRowGroups>),
     requires(
     len(w) == plan.k_local * plan.hidden,
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 128,
-    len(squares) >= plan.tiles * plan.splits * 8,
+    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 8,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
 ))]
 #[allow(clippy::too_many_arguments)]
-pub fn tp_fused_ll(
+pub fn tp_fused_ll<G: RowGroups>(
     x: &[bf16],
     w: &[bf16],
     partials: SymSliceMut<LlPacket>,
@@ -640,25 +689,27 @@ pub fn tp_fused_ll(
     let session = pad.session();
     let (flag, parity) = (ll_flag(session.epoch()), session.epoch() & 1);
     let splits = plan.splits as usize;
-    let (tile, split) = (block_rank() as usize / splits, block_rank() as usize % splits);
+    let (tile, r) = plan.tile_of_block(block_rank());
     // Packets of a rank's region: two per vector of the partial tiles.
     let slot = plan.partials_len() / 2;
-    let (acc, view) = gemv_tile(x, Vectors::of(w), &plan, tile, split);
+    let (acc, view) = gemv_tile::<G>(x, Vectors::of(w), &plan, tile, r);
     // This rank's region of the owner's partials; vector `at` of the tiles is its packets `2at, 2at + 1`.
     let to = session.channel((tile % world) as u32).remote(partials).slice(ll_region(parity, rank, world, slot), slot);
-    store_tile(&plan, tile, split, &acc, &view, |at, v| to.store_vector(at, v, flag));
+    if let Some(acc) = acc {
+        store_tile(&plan, (tile, plan.block_in_tile(r).1), &acc, &view, |at, v| to.store_vector(at, v, flag));
+    }
     block_mark("pushed");
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
     let ranks = || (0..world as u32).map(|q| session.channel(q));
     let parts = plan.reduce_parts();
-    if tile % world == rank && split < parts {
+    if tile % world == rank && r < parts {
         let mine = partials.local().as_const();
         // Vector `i` of split `s`'s partial tile from rank `src` is vector `first(src) + s * step + i` of `mine`.
         let first = |src: usize| ll_region(parity, src, world, slot) / 2 + plan.partial(tile, 0) / 4;
         let step = plan.tokens as usize * TP_TILE_COLS / 4;
         reduce_share(
             &plan,
-            (tile, split),
+            (tile, r),
             &e,
             // Rank by rank (no division in the packets' addresses), each one's splits polled eight at a time.
             |i| {
@@ -671,7 +722,7 @@ pub fn tp_fused_ll(
             },
             |at, z| ranks().for_each(|ch| ch.remote(gather).store_vector(at, z, flag)),
             |t, v| {
-                let at = (tile * parts + split) * TP_MAX_TOKENS / 4 + t;
+                let at = (tile * parts + r) * TP_MAX_TOKENS / 4 + t;
                 ranks().for_each(|ch| ch.remote(squares).store_vector(at, v, flag));
             },
         );
