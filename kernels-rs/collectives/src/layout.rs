@@ -271,8 +271,9 @@ pub struct TpPlan {
     pub tiles: u64,
     /// Row ranges per tile: partial sums per tile and rank.
     pub splits: u64,
-    /// Warps of a block that share a range's rows, taking every `row_groups`-th 64-row iteration of it: 1,
-    /// 2 or 4 ([`TP_WARPS`]). The grid is `tiles * row_groups * splits` blocks ([`TpPlan::grid`]).
+    /// Warps of a block that share a range's rows, taking every `row_groups`-th 64-row iteration of it: 1
+    /// or 2, each the kernels' instance of that count (`kernels::tp_decode::RowGroups`). The grid is `tiles *
+    /// row_groups * splits` blocks ([`TpPlan::grid`]).
     pub row_groups: u64,
     /// The RMSNorm's epsilon, as `f32` bits.
     pub eps_bits: u64,
@@ -307,8 +308,8 @@ impl TpPlan {
     /// `r % splits` and its columns, the `(r / splits)`-th `TP_TILE_COLS / row_groups` of the tile.
     #[inline(always)]
     pub const fn block_in_tile(&self, r: usize) -> (usize, usize) {
-        // In 32 bits, as is every count here: a GPU divides them in a few instructions, where 64-bit
-        // division is a subroutine every block of the product waits for before its first load.
+        // In 32 bits, as is every count here: a GPU divides those in a few instructions, where 64-bit
+        // division is a subroutine.
         let (r, splits) = (r as u32, self.splits as u32);
         ((r / splits) as usize, (r % splits) as usize)
     }
@@ -419,16 +420,17 @@ mod tests {
         assert_eq!(plan(16, 12, 1).reduce_parts(), 8);
         assert_eq!(plan(16, 5, 1).reduce_parts(), 5);
         assert_eq!(plan(16, 1, 1).reduce_parts(), 1);
-        assert_eq!(plan(16, 3, 4).reduce_parts(), 8);
-        assert_eq!(plan(16, 1, 4).reduce_parts(), 4);
+        assert_eq!(plan(16, 6, 2).reduce_parts(), 8);
+        assert_eq!(plan(16, 2, 2).reduce_parts(), 4);
     }
 
     #[test]
     fn a_tiles_blocks_take_every_range_of_rows_for_every_block_of_columns() {
-        let plan = TpPlan { tokens: 1, hidden: 8192, k_local: 8192, tiles: 32, splits: 3, row_groups: 4, eps_bits: 0 };
+        let plan = TpPlan { tokens: 1, hidden: 8192, k_local: 8192, tiles: 32, splits: 6, row_groups: 2, eps_bits: 0 };
         assert_eq!((plan.blocks_per_tile(), plan.grid()), (12, 384));
         let places: std::collections::BTreeSet<_> = (0..12).map(|r| plan.block_in_tile(r)).collect();
-        assert_eq!(places, (0..4).flat_map(|part| (0..3).map(move |split| (part, split))).collect());
+        assert_eq!(places, (0..2).flat_map(|part| (0..6).map(move |split| (part, split))).collect());
+        assert_eq!((plan.tile_of_block(0), plan.tile_of_block(383)), ((0, 0), (31, 11)));
     }
 
     #[test]

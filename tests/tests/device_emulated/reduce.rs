@@ -62,40 +62,49 @@ fn block_sums_reach_every_thread_in_the_same_bits() {
     }
 }
 
-/// Lane `lane` of warp `warp`'s vector `v` for the warp-group sums: fractions, so only the documented order
-/// of addition gives the expected bits.
-fn lane_value(warp: usize, lane: usize, v: usize) -> [f32; 4] {
-    core::array::from_fn(|c| 1.0 / (1.0 + (warp * 131 + lane * 7 + v * 3 + c) as f32) + warp as f32 * 0.37)
+/// Lane `lane` of warp `warp`'s vector `v` in call `call` of the warp-group sums: fractions, so only the
+/// documented order of addition gives the expected bits.
+fn lane_value(call: usize, warp: usize, lane: usize, v: usize) -> [f32; 4] {
+    core::array::from_fn(|c| {
+        1.0 / (1.0 + (call * 17 + warp * 131 + lane * 7 + v * 3 + c) as f32) + (warp + call) as f32 * 0.37
+    })
 }
 
 #[test]
 fn warp_group_sums_reach_each_groups_first_warp_in_warp_order() {
     use ferrocomm_device::reduce::{sum_across_warp_groups, sum_across_warp_groups_bytes};
     const N: usize = 3;
+    type Sums = Option<[[f32; 4]; N]>;
     for (warps, group) in [(4, 1), (4, 2), (4, 4), (2, 2), (1, 1)] {
         let got = Mutex::new(Vec::new());
         let shared = sum_across_warp_groups_bytes(N, warps);
         run_ok(1, [2, 1, 1], [32 * warps as u32, 1, 1], shared, &|| {
             let (warp, lane) = (warp_id() as usize, lane_id() as usize);
-            let sums = sum_across_warp_groups(core::array::from_fn::<_, N, _>(|v| lane_value(warp, lane, v)), group);
+            // Two calls back to back: the second's writes must wait for the first's reads.
+            let sums: [Sums; 2] = core::array::from_fn(|call| {
+                sum_across_warp_groups(core::array::from_fn::<_, N, _>(|v| lane_value(call, warp, lane, v)), group)
+            });
             got.lock().unwrap().push((block_rank(), warp, lane, sums));
         });
         let got = got.into_inner().unwrap();
         assert_eq!(got.len(), 2 * 32 * warps, "{warps} warps, groups of {group}");
         for (block, warp, lane, sums) in got {
-            let what = format!("{warps} warps, groups of {group}: block {block} warp {warp} lane {lane}");
-            if warp % group != 0 {
-                assert!(sums.is_none(), "{what} got sums");
-                continue;
+            for (call, sums) in sums.into_iter().enumerate() {
+                let what =
+                    format!("{warps} warps, groups of {group}: block {block} warp {warp} lane {lane} call {call}");
+                if warp % group != 0 {
+                    assert!(sums.is_none(), "{what} got sums");
+                    continue;
+                }
+                let want: [[f32; 4]; N] = core::array::from_fn(|v| {
+                    (warp + 1..warp + group).fold(lane_value(call, warp, lane, v), |t, w| {
+                        let x = lane_value(call, w, lane, v);
+                        core::array::from_fn(|c| t[c] + x[c])
+                    })
+                });
+                let bits = |s: [[f32; 4]; N]| s.map(|q| q.map(f32::to_bits));
+                assert_eq!(sums.map(bits), Some(bits(want)), "{what}");
             }
-            let want: [[f32; 4]; N] = core::array::from_fn(|v| {
-                (warp + 1..warp + group).fold(lane_value(warp, lane, v), |t, w| {
-                    let x = lane_value(w, lane, v);
-                    core::array::from_fn(|c| t[c] + x[c])
-                })
-            });
-            let bits = |s: [[f32; 4]; N]| s.map(|q| q.map(f32::to_bits));
-            assert_eq!(sums.map(bits), Some(bits(want)), "{what}");
         }
     }
 }

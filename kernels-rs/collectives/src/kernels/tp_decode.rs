@@ -15,7 +15,7 @@
 //! their sums in shared memory, and the first stores them: the partial tile of (tile, split).
 //!
 //! A warp takes [`TP_ITERATION_ROWS`] (64) rows of `w` at a time. Lane `(g, t)` holds the 16-byte vectors of
-//! its 8 columns `64w + 8g ..` on the 16 consecutive rows `16t .. 16t + 16` of them (16 loads in flight,
+//! its 8 columns `64 slot + 8g ..` on the 16 consecutive rows `16t .. 16t + 16` of them (16 loads in flight,
 //! one bounds check, streamed past L1: each weight is read once, and `x`, which all four warps read, stays
 //! cached), and `x` of tokens `g` and `g + 8` on the same rows (two 16-byte loads each). The
 //! sum over a k-step's 16 rows does not care which row sits in which `k` slot, so k-step `s` gives lane
@@ -179,7 +179,8 @@ type Products = [[f32; 4]; 8];
 
 /// How many warps of a GEMV block share a range of rows ([`TpPlan::row_groups`]), as a type: each count is
 /// its own PTX entry of the product's kernels, with the count a constant. (One entry holding both counts
-/// ran the one-group product 3 % slower on an H200: ptxas allocates registers for the whole entry.)
+/// ran the one-group product about 1 µs (3 %) slower on an H200: ptxas allocates registers for the whole
+/// entry.)
 pub trait RowGroups {
     /// Warps per range of rows.
     const COUNT: usize;
@@ -570,9 +571,9 @@ pub fn tp_reduce_norm(
 /// `world` regions of `plan.partials_len()`), then adds one to the owner's `arrived(tile)`; the owner's
 /// blocks `0 .. plan.reduce_parts()` of each tile wait for all of them and reduce a share of the tile each
 /// with the residual, gathering it to every rank, and the first blocks then normalise `out`. Launch
-/// [`TpPlan::grid`] blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes
-/// of dynamic shared memory (and at least [`gemv_tile`]'s); every block must be co-resident. `gather` and `squares` as for
-/// [`tp_reduce_norm`](fn@tp_reduce_norm). The protocol for larger tiles: [`tp_fused_ll`](fn@tp_fused_ll)
+/// [`TpPlan::grid`] blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic
+/// shared memory (and at least [`gemv_tile`]'s); every block must be co-resident. `gather` and `squares` as
+/// for [`tp_reduce_norm`](fn@tp_reduce_norm). The protocol for larger tiles: [`tp_fused_ll`](fn@tp_fused_ll)
 /// for small ones.
 #[kernel(
     // Three blocks per multiprocessor: `TP_RESIDENT_BLOCKS_PER_SM`.
@@ -641,8 +642,8 @@ pub fn tp_fused<G: RowGroups>(
 /// hops. Each block computes its columns of a partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores them
 /// straight into the tile owner's `partials` as LL packets (region `(epoch parity, rank)` of `2 * world`
 /// regions of `plan.partials_len() / 2` packets: [`ll_region`]); the owner's blocks `0 ..
-/// plan.reduce_parts()` of each tile poll the tile's packets from every rank and split and reduce a share of the tile each with
-/// the residual, sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares
+/// plan.reduce_parts()` of each tile poll the tile's packets from every rank and split and reduce a share of
+/// the tile each with the residual, sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares
 /// to every rank's `squares` (`tiles x reduce_parts x 8` packets), and the first blocks then poll those and
 /// normalise `out`. Launch [`TpPlan::grid`] blocks of `TP_WARPS` warps with
 /// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory (and at least [`gemv_tile`]'s);
