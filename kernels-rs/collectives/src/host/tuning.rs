@@ -54,9 +54,10 @@ pub struct Tuning {
     /// Decode steps of at least this many tokens run the tensor-parallel GEMV with two warps sharing each
     /// range of rows (`TpPlan::row_groups` 2, where the wave holds as many blocks as with one), which
     /// halves the split-K partial sums the epilogues read back; a value past `TP_MAX_TOKENS` never does.
-    /// On GPUs 8, measured on an H200 shared by two ranks (H = K = 8192): the two-kernel step at 16 tokens
-    /// 55.8 against 60.0–60.3 µs and the fused one 53.1 against 55.2–55.4, where at 1 and 4 tokens the
-    /// partial sums are small and nothing was gained (8 itself was not measured).
+    /// On GPUs 8, measured on an H200 shared by two ranks (H = K = 8192, both counts then in one kernel
+    /// entry): the two-kernel step at 16 tokens 55.8 against 60.0–60.3 µs and the fused one 53.1 against
+    /// 55.2–55.4, where at 1 and 4 tokens the partial sums are small and nothing was gained (8 itself was
+    /// not measured).
     pub tp_row_groups_min_tokens: u32,
     /// Decode steps of at most this many tokens run the fused step on LL packets (`tp_fused_ll`: no fence on
     /// either hop), larger ones with a put and a signal per tile (`tp_fused`). On GPUs 4, measured on an
