@@ -54,10 +54,11 @@ pub struct Tuning {
     /// Decode steps of at least this many tokens run the tensor-parallel GEMV with two warps sharing each
     /// range of rows (`TpPlan::row_groups` 2, where the wave holds as many blocks as with one), which
     /// halves the split-K partial sums the epilogues read back; a value past `TP_MAX_TOKENS` never does.
-    /// On GPUs 8, measured on an H200 shared by two ranks (H = K = 8192, both counts then in one kernel
-    /// entry): the two-kernel step at 16 tokens 55.8 against 60.0–60.3 µs and the fused one 53.1 against
-    /// 55.2–55.4, where at 1 and 4 tokens the partial sums are small and nothing was gained (8 itself was
-    /// not measured).
+    /// On GPUs 4, measured on an H200 shared by two ranks (H = K = 8192, an instance per count, two rounds
+    /// each): two groups ran the two-kernel step 0.3 / 0.5 / 0.9 / 0.9 µs faster at 1 / 2 / 4 / 8 tokens and
+    /// the fused one 0.1–0.4 µs slower at 1 and 2 tokens, 0.3 / 0.7 µs faster at 4 / 8 (the GEMV alone, with
+    /// no epilogue to read the sums, 0.4–0.9 µs slower); at 16 tokens they took 4 µs off the
+    /// two-kernel step and 2 off the fused one. At H = K = 7168 the counts measured the same.
     pub tp_row_groups_min_tokens: u32,
     /// Decode steps of at most this many tokens run the fused step on LL packets (`tp_fused_ll`: no fence on
     /// either hop), larger ones with a put and a signal per tile (`tp_fused`). On GPUs 4, measured on an
@@ -191,7 +192,7 @@ impl Tuning {
             bulk_stage_bytes: GPU_BULK_STAGE_BYTES,
             bulk_min_bytes: GPU_BULK_MIN_BYTES,
             tp_blocks_per_sm: 3,
-            tp_row_groups_min_tokens: 8,
+            tp_row_groups_min_tokens: 4,
             tp_ll_max_tokens: 4,
         }
     }
