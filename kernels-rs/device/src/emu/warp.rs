@@ -85,8 +85,10 @@ impl WarpState {
         self.live & (1 << lane) == 0 && self.calls[lane as usize] > self.met[p as usize][lane as usize]
     }
 
-    /// Marks the rounds that can never complete, and completes the rounds that can.
-    fn settle(&mut self) {
+    /// Marks the rounds that can never complete, and completes the rounds that can; says whether a lane
+    /// was released (its outcome set).
+    fn settle(&mut self) -> bool {
+        let mut released = false;
         loop {
             self.break_exited_mismatches();
             self.break_deadlocks();
@@ -96,6 +98,7 @@ impl WarpState {
             };
             let round = self.rounds.swap_remove(i);
             self.complete(round);
+            released = true;
         }
         // Broken rounds release their lanes with the error.
         let (broken, pending): (Vec<Pending>, Vec<Pending>) =
@@ -107,7 +110,9 @@ impl WarpState {
                 self.outcomes[lane as usize] = Some(Err(error));
             }
             self.blocked &= !round.arrived;
+            released = true;
         }
+        released
     }
 
     /// A round that names an exited lane which, since its last call with a participant, made another call.
@@ -242,8 +247,11 @@ impl Warp {
         round.arrived |= bit;
         round.deposits.extend(deposit);
         st.blocked |= bit;
-        st.settle();
-        self.changed.notify_all();
+        // Only a released lane has anything to wake for: waking every waiter at each arrival cost a warp's
+        // round 32 wake-ups per lane (the `mma.sync` of an emulated GEMV is one round each).
+        if st.settle() {
+            self.changed.notify_all();
+        }
         loop {
             if let Some(outcome) = st.outcomes[lane as usize].take() {
                 return outcome;
@@ -259,8 +267,9 @@ impl Warp {
     pub(crate) fn leave(&self, lane: u32) {
         let mut st = lock(&self.state);
         st.live &= !(1u32 << lane);
-        st.settle();
-        self.changed.notify_all();
+        if st.settle() {
+            self.changed.notify_all();
+        }
     }
 
     /// Wakes every waiter so it sees the launch's trap flag.
