@@ -39,7 +39,7 @@
 //! | `process` (private) | teams that span processes: joining the job, symmetric memory and agreement checks across them |
 //!
 //! The environment: `FERROCOMM_BACKEND=cuda|emulator|auto`, `FERROCOMM_TIMEOUT_MS` (device wait timeout,
-//! default 2000), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace
+//! default 2000 on GPUs, 20000 on the emulator), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace
 //! mode, see [`trace`]).
 
 mod cuda;

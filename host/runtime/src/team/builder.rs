@@ -23,8 +23,13 @@ pub const TIMEOUT_ENV: &str = "FERROCOMM_TIMEOUT_MS";
 pub const WORLD_ENV: &str = "FERROCOMM_WORLD";
 /// `0` launches kernels without programmatic dependent launch (on by default where the GPU has it).
 pub const PDL_ENV: &str = "FERROCOMM_PDL";
-/// The device wait timeout when neither the builder nor the environment sets one.
+/// The device wait timeout on GPUs when neither the builder nor the environment sets one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
+/// The same on the emulator. It runs a host thread per GPU thread, so a launch of a few thousand threads
+/// takes seconds on a small host (the tensor-parallel decode step at H = K = 264: about 2.5 s on two cores,
+/// its tile owners waiting most of it for the other blocks' products): with the GPUs' 2 s its waits and the
+/// host's watchdog took slow for stuck. A kernel that never finishes is still reported, after this.
+pub const EMULATOR_DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Ranks of an emulated team when nothing says otherwise.
 pub const DEFAULT_WORLD: usize = 2;
 /// Ranks (in a job of several processes: processes) per GPU, when the code does not say.
@@ -124,8 +129,9 @@ impl TeamBuilder {
         self
     }
 
-    /// How long a device wait spins before it records a timeout and ends its kernel (default 2 s, or
-    /// `FERROCOMM_TIMEOUT_MS`). The host gives up on a stream after this plus one second.
+    /// How long a device wait spins before it records a timeout and ends its kernel (default 2 s on GPUs
+    /// and 20 s on the emulator, or `FERROCOMM_TIMEOUT_MS`). The host gives up on a stream after this
+    /// (per launch still queued) plus one second.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
@@ -260,6 +266,7 @@ impl TeamBuilder {
                     value: v.clone(),
                     expected: "a whole number of milliseconds, e.g. 2000",
                 })?,
+                None if backend == Backend::Emulator => EMULATOR_DEFAULT_TIMEOUT,
                 None => DEFAULT_TIMEOUT,
             },
         };
@@ -449,7 +456,7 @@ mod tests {
         assert_eq!(plan.backend, Backend::Emulator);
         assert_eq!(plan.devices.len(), DEFAULT_WORLD);
         assert!(plan.why.contains("no CUDA driver"), "{}", plan.why);
-        assert_eq!(plan.timeout, DEFAULT_TIMEOUT);
+        assert_eq!(plan.timeout, EMULATOR_DEFAULT_TIMEOUT);
     }
 
     #[test]
@@ -458,6 +465,7 @@ mod tests {
         assert_eq!(plan.backend, Backend::Cuda);
         assert_eq!(plan.gpus, vec![0, 1, 2, 3]);
         assert_eq!(plan.devices[3], Device::Cuda { ordinal: 3 });
+        assert_eq!(plan.timeout, DEFAULT_TIMEOUT);
     }
 
     #[test]

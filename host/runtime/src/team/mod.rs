@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use builder::{
-    BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, RANKS_PER_GPU_ENV, TIMEOUT_ENV, TeamBuilder, WORLD_ENV,
-    ranks_per_gpu_from,
+    BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, EMULATOR_DEFAULT_TIMEOUT, RANKS_PER_GPU_ENV, TIMEOUT_ENV, TeamBuilder,
+    WORLD_ENV, ranks_per_gpu_from,
 };
 pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, Part, TeamShared};
 
