@@ -26,9 +26,10 @@ pub enum ExampleError {
         /// The value found.
         found: String,
     },
-    /// A library check found a rank holding a value that differs from the CPU reference.
+    /// A library check found a rank holding a value that differs from the CPU reference (a check that could
+    /// not run is [`Comm`](Self::Comm)).
     #[error("verification failed: {0}")]
-    Verify(#[from] ferrocomm_kernels::verify::VerifyError),
+    Verify(ferrocomm_kernels::verify::VerifyError),
     /// NCCL failed.
     #[error("NCCL: {what}: {message}")]
     Nccl {
@@ -40,6 +41,16 @@ pub enum ExampleError {
     /// An argument the example cannot run with.
     #[error("{0}")]
     BadArgument(String),
+}
+
+impl From<ferrocomm_kernels::verify::VerifyError> for ExampleError {
+    /// A check that failed to run (a bad shape, a device timeout) is that error, not a verification failure.
+    fn from(e: ferrocomm_kernels::verify::VerifyError) -> Self {
+        match e {
+            ferrocomm_kernels::verify::VerifyError::Comm(e) => ExampleError::Comm(e),
+            mismatch => ExampleError::Verify(mismatch),
+        }
+    }
 }
 
 impl From<ferrocomm::Error> for ExampleError {
