@@ -26,9 +26,9 @@ pub const PDL_ENV: &str = "FERROCOMM_PDL";
 /// The device wait timeout on GPUs when neither the builder nor the environment sets one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
 /// The same on the emulator. It runs a host thread per GPU thread, so a launch of a few thousand threads
-/// takes seconds on a small host (the tensor-parallel decode step at H = K = 264: about 2.5 s on two cores,
-/// its tile owners waiting most of it for the other blocks' products): with the GPUs' 2 s its waits and the
-/// host's watchdog took slow for stuck. A kernel that never finishes is still reported, after this.
+/// takes about a second on a small host (the tensor-parallel decode step at H = K = 264 on two cores, its
+/// tile owners waiting most of it for the other blocks' products), more when the host is busy: with the
+/// GPUs' 2 s its waits and the host's watchdog took slow for stuck. A kernel that never finishes is still reported, after this.
 pub const EMULATOR_DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
 /// Ranks of an emulated team when nothing says otherwise.
 pub const DEFAULT_WORLD: usize = 2;
