@@ -543,12 +543,14 @@ fn tensor_parallel_decode_steps_every_variant() {
             });
         // Four ranks on the smaller shapes only: the emulator runs a thread per GPU thread. The last shape has
         // four iterations of rows per rank, so the tiles are split several ways and each tile's 320 vectors
-        // are reduced in shares (`TpPlan::reduce_parts`): three of 107 after the GEMV, two in the fused step.
+        // are reduced in three shares of 107 (`TpPlan::reduce_parts`), in the fused step by more blocks than
+        // the tile's own two.
         let shapes = [(1, 64, 16 * world), (3, 520, 9 * world), (6, 264, 24 * world), (5, 264, 256 * world)];
         for (i, &(tokens, hidden, k)) in shapes.iter().take(if world == 2 { 4 } else { 2 }).enumerate() {
             if k == 256 * world {
                 let (gemv, fused) = TpDecode::new(&comm, TpShape { tokens, hidden, k }).unwrap().plans();
-                assert_eq!((gemv.reduce_parts(), fused.reduce_parts()), (3, 2), "{gemv:?} {fused:?}");
+                let parts = (gemv.reduce_parts(world), fused.reduce_parts(world));
+                assert_eq!((parts, fused.blocks_per_tile()), ((3, 3), 2), "{gemv:?} {fused:?}");
             }
             let shape = TpShape { tokens, hidden, k };
             for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels] {

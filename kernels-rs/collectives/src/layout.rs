@@ -322,15 +322,29 @@ impl TpPlan {
         ((b / per) as usize, (b % per) as usize)
     }
 
-    /// Blocks that reduce each tile in the decode step's epilogues, each a contiguous share of the tile's
-    /// `tokens × 64` vectors: enough for about one vector per thread (one block at 1 token, eight at 16),
-    /// and at most `blocks_per_tile()` (in the fused step a tile's own blocks reduce it). Each one's sums of
-    /// squares take an entry of `TP_MAX_TOKENS` `f32`s: `tiles × reduce_parts` of them.
+    /// Blocks that reduce each tile in the decode step's epilogues on a team of `world` ranks, each a
+    /// contiguous share of the tile's `tokens × 64` vectors: enough for about one vector per thread (one block
+    /// at 1 token, eight at 16), and no more than the fused step's grid holds for the rank that owns the
+    /// most tiles (`tiles.div_ceil(world)` of them), whose blocks reduce them. Each one's sums of squares
+    /// take an entry of `TP_MAX_TOKENS` `f32`s: `tiles × reduce_parts` of them.
     #[inline(always)]
-    pub const fn reduce_parts(&self) -> usize {
+    pub const fn reduce_parts(&self, world: usize) -> usize {
         let parts = (self.tokens as usize * TP_TILE_COLS / 4).div_ceil(TP_WARPS * 32);
-        let most = self.blocks_per_tile();
+        // In 32 bits, as `block_in_tile` says. At least `blocks_per_tile`: a rank owns at most every tile.
+        let most = (self.grid() as u32 / (self.tiles as u32).div_ceil(world as u32)) as usize;
         if parts < most { parts } else { most }
+    }
+
+    /// Blocks of the two-kernel step's epilogue on a team of `world` ranks: as many as the reducing blocks of
+    /// the rank that owns the most tiles (`tiles.div_ceil(world) × reduce_parts`) or a thread per 8 output
+    /// columns, whichever is more, but no more than the product's grid. That one keeps to the rank's share of
+    /// the GPU: every block must be resident, beside the other ranks' kernels where ranks share a GPU.
+    #[inline(always)]
+    pub const fn epilogue_grid(&self, world: usize) -> usize {
+        let reducers = (self.tiles as usize).div_ceil(world) * self.reduce_parts(world);
+        let normalizers = (self.tokens as usize * self.hidden as usize / 8).div_ceil(TP_WARPS * 32);
+        let grid = if reducers > normalizers { reducers } else { normalizers };
+        if grid < self.grid() { grid } else { self.grid() }
     }
 
     /// This split's rows: `start..end` of `k_local`, in whole iterations of [`TP_ITERATION_ROWS`] (the last split
@@ -403,25 +417,57 @@ mod tests {
     }
 
     #[test]
-    fn a_tile_is_reduced_by_a_block_per_block_of_vectors_and_at_most_one_per_block_of_the_tile() {
-        let plan = |tokens, splits, row_groups| TpPlan {
+    fn a_tile_is_reduced_by_a_block_per_block_of_vectors_within_the_grid_of_its_owner() {
+        let plan = |tokens, tiles, splits, row_groups| TpPlan {
             tokens,
-            hidden: 8192,
+            hidden: 256 * tiles,
             k_local: 8192,
-            tiles: 32,
+            tiles,
             splits,
             row_groups,
             eps_bits: 0,
         };
         // 64 vectors per token, 128 threads per block.
-        assert_eq!(plan(1, 12, 1).reduce_parts(), 1);
-        assert_eq!(plan(2, 12, 1).reduce_parts(), 1);
-        assert_eq!(plan(3, 12, 1).reduce_parts(), 2);
-        assert_eq!(plan(16, 12, 1).reduce_parts(), 8);
-        assert_eq!(plan(16, 5, 1).reduce_parts(), 5);
-        assert_eq!(plan(16, 1, 1).reduce_parts(), 1);
-        assert_eq!(plan(16, 6, 2).reduce_parts(), 8);
-        assert_eq!(plan(16, 2, 2).reduce_parts(), 4);
+        assert_eq!(plan(1, 32, 12, 1).reduce_parts(2), 1);
+        assert_eq!(plan(2, 32, 12, 1).reduce_parts(2), 1);
+        assert_eq!(plan(3, 32, 12, 1).reduce_parts(2), 2);
+        assert_eq!(plan(16, 32, 12, 1).reduce_parts(2), 8);
+        assert_eq!(plan(16, 32, 6, 2).reduce_parts(2), 8);
+        // Fewer blocks per tile than parts: each rank's blocks reduce its half of the tiles, so twice as many
+        // blocks per owned tile as per tile (H = K = 7168 on two ranks of one GPU: 28 tiles of 7 splits).
+        assert_eq!(plan(16, 28, 7, 1).reduce_parts(2), 8);
+        assert_eq!(plan(16, 32, 2, 2).reduce_parts(2), 8);
+        assert_eq!(plan(16, 32, 3, 1).reduce_parts(2), 6);
+        assert_eq!(plan(16, 32, 3, 1).reduce_parts(4), 8);
+        // One rank owns every tile: its tile's blocks, as many as there are.
+        assert_eq!(plan(16, 32, 5, 1).reduce_parts(1), 5);
+        assert_eq!(plan(16, 32, 1, 1).reduce_parts(1), 1);
+        // An odd tile count: rank 0 owns two of three tiles, with the grid's three (or six) blocks.
+        assert_eq!(plan(16, 3, 1, 1).reduce_parts(2), 1);
+        assert_eq!(plan(16, 3, 2, 1).reduce_parts(2), 3);
+    }
+
+    #[test]
+    fn the_two_kernel_epilogue_has_a_block_per_tile_share_or_per_1024_columns_within_the_products_grid() {
+        let plan = |tokens, hidden, splits| TpPlan {
+            tokens,
+            hidden,
+            k_local: 4096,
+            tiles: hidden.div_ceil(256),
+            splits,
+            row_groups: 1,
+            eps_bits: 0,
+        };
+        // H = 8192, 1 token: 16 owned tiles of one share, 8 blocks of 1024 columns.
+        assert_eq!(plan(1, 8192, 6).epilogue_grid(2), 16);
+        // 16 tokens: 16 tiles of 8 shares, 128 blocks of 1024 columns.
+        assert_eq!(plan(16, 8192, 6).epilogue_grid(2), 128);
+        // One rank owns every tile: 32 tiles of 6 shares (its tiles' blocks), 192 blocks.
+        assert_eq!(plan(16, 8192, 6).epilogue_grid(1), 192);
+        // 16 tokens of H = 1024 on two ranks: 2 tiles of 8 shares, but 16 blocks of columns.
+        assert_eq!(plan(16, 1024, 6).epilogue_grid(2), 16);
+        // One tile of one split: the product's one block.
+        assert_eq!(plan(16, 256, 1).epilogue_grid(2), 1);
     }
 
     #[test]

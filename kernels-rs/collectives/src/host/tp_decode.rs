@@ -222,7 +222,10 @@ impl TpDecode {
         let team = comm.team();
         let world = comm.world();
         let tiles_len = plan.tiles as usize * shape.tokens * TP_TILE_COLS;
-        let squares_len = fused.grid() * TP_MAX_TOKENS;
+        // Each reducing block's sums of squares, an entry per tile share: room for as many shares as a tile
+        // can have, one per 128 of its `tokens * 64` vectors (`TpPlan::reduce_parts`, which the grid can
+        // bound further).
+        let squares_len = plan.tiles as usize * shape.tokens.div_ceil(2) * TP_MAX_TOKENS;
         let fused_buffers = if shape.tokens <= comm.tuning().tp_ll_max_tokens as usize {
             // Two packets per 16-byte vector of `f32`s: half a packet per `f32`.
             let packets = |floats: usize| floats / 2;
@@ -245,8 +248,7 @@ impl TpDecode {
             partials: SymBuffer::new(team, plan.partials_len())?,
             y: SymBuffer::new(team, tiles_len)?,
             gather: SymBuffer::new(team, tiles_len)?,
-            // Each reducing block's sums of squares: at most `blocks_per_tile` per tile (`TpPlan::reduce_parts`).
-            squares: SymBuffer::new(team, plan.grid() * TP_MAX_TOKENS)?,
+            squares: SymBuffer::new(team, squares_len)?,
             two_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.two_kernels", tp_pad::SIGNALS)?,
             fused_buffers,
             fused_pad: SignalPadBuffer::new(team, "ferrocomm.tp_decode.fused", tp_pad::SIGNALS)?,
@@ -293,7 +295,7 @@ impl TpDecode {
             TpVariant::TwoKernels => {
                 let plan = self.plan;
                 comm.tp_gemv(x, w, &mut self.partials, plan)?.wait()?;
-                let cfg = LaunchConfig::new((plan.tiles as usize * plan.reduce_parts()) as u32, threads)
+                let cfg = LaunchConfig::new(plan.epilogue_grid(comm.world()) as u32, threads)
                     .with_shared_bytes(sum_across_block_bytes(TP_MAX_TOKENS, TP_WARPS) as u32);
                 let (partials, gather, squares) = (&self.partials, &mut self.gather, &mut self.squares);
                 tp_decode::tp_reduce_norm::launch(

@@ -367,7 +367,7 @@ fn reduce_share(
 ) {
     let (tokens, hidden) = (plan.tokens as usize, plan.hidden as usize);
     let (t, threads) = Group::Block.position();
-    let (vectors, parts) = (tokens * TP_TILE_COLS / 4, plan.reduce_parts());
+    let (vectors, parts) = (tokens * TP_TILE_COLS / 4, plan.reduce_parts(team::world() as usize));
     let share = vectors.div_ceil(parts);
     let end = ((part + 1) * share).min(vectors);
     let mut squares = [0.0f32; TP_MAX_TOKENS];
@@ -412,7 +412,7 @@ fn reduce_tile(
     source: impl Fn(usize, usize) -> Vectors,
 ) {
     let ranks = || (0..team::world()).map(|q| session.channel(q));
-    let (splits, parts) = (plan.splits as usize, plan.reduce_parts());
+    let (splits, parts) = (plan.splits as usize, plan.reduce_parts(team::world() as usize));
     reduce_share(
         plan,
         (tile, part),
@@ -432,6 +432,19 @@ fn reduce_tile(
             session.channel(q).signal(tp_pad::GATHERED).add_release(1);
         }
     }
+}
+
+/// The tile share this block of an epilogue reduces, if any: (tile, share). A rank's first blocks take its
+/// tiles (`rank`, `rank + world`, ...) in order, [`TpPlan::reduce_parts`] blocks each. In the fused step
+/// these are not the tile's own blocks, which can be fewer than its shares (7 splits per tile at H = K =
+/// 7168 with two ranks on one GPU, 8 shares at 16 tokens: some threads would sum two vectors, one after the
+/// other).
+#[inline(always)]
+fn share_of_block(plan: &TpPlan) -> Option<(usize, usize)> {
+    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    let (b, parts) = (block_rank(), plan.reduce_parts(world) as u32);
+    let tile = rank + world * (b / parts) as usize;
+    (tile < plan.tiles as usize).then_some((tile, (b % parts) as usize))
 }
 
 /// How many blocks write the output: as many as give each thread one item of 8 columns (or the whole grid,
@@ -461,7 +474,7 @@ fn write_norm(
     let (t, threads) = Group::Block.position();
     let mut part = [0.0f32; TP_MAX_TOKENS];
     let mut n = t;
-    while n < tiles * plan.reduce_parts() {
+    while n < tiles * plan.reduce_parts(team::world() as usize) {
         let sums = entry(n);
         // Indexed: an array's by-value iterator keeps the array in local memory.
         for q in 0..TP_MAX_TOKENS / 4 {
@@ -496,7 +509,7 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, (from, session): (Gathered, &Sessi
     if block_rank() as usize >= blocks {
         return;
     }
-    let entries = plan.tiles as usize * plan.reduce_parts();
+    let entries = plan.tiles as usize * plan.reduce_parts(team::world() as usize);
     if thread_rank() == 0 {
         session.local(tp_pad::GATHERED).wait_ge(session.epoch() * entries as u64);
     }
@@ -512,18 +525,17 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, (from, session): (Gathered, &Sessi
 }
 
 /// The epilogue of the two-kernel decode step: every rank's [`tp_gemv`](fn@tp_gemv) partial sums (in
-/// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`; block `b`
-/// reduces share `b % parts` of tile `b / parts`, `parts` = [`TpPlan::reduce_parts`]), with the residual
-/// added, gathered to every rank (`gather`: `tiles x tokens x 256` `f32`, `y + residual`; `squares`:
-/// `tiles x reduce_parts x 16` `f32`, each tile share's sums of squares per token) and normalised (RMSNorm
-/// with `gamma`) into `out`. Raises `ready` as it starts, so a peer reads this rank's partials only once its
-/// GEMV (earlier in the stream) is done. Launch `plan.tiles * plan.reduce_parts()` blocks of `TP_WARPS`
-/// warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be
-/// co-resident.
+/// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`, its first
+/// blocks a share each: [`share_of_block`]), with the residual added, gathered to every rank (`gather`:
+/// `tiles x tokens x 256` `f32`, `y + residual`; `squares`: `tiles x reduce_parts x 16` `f32`, each tile
+/// share's sums of squares per token) and normalised (RMSNorm with `gamma`) into `out`. Raises `ready` as it starts, so a peer reads this rank's partials only once its
+/// GEMV (earlier in the stream) is done. Launch [`TpPlan::epilogue_grid`] blocks of `TP_WARPS` warps with
+/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
 #[kernel(requires(
     len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 16,
+    // Room for a tile's most shares, one per 128 of its vectors (`TpPlan::reduce_parts`).
+    len(squares) >= plan.tiles * ((plan.tokens + 1) / 2) * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -539,7 +551,7 @@ pub fn tp_reduce_norm(
     pad: SignalPad,
     plan: TpPlan,
 ) {
-    let (rank, world) = (team::rank() as usize, team::world() as usize);
+    let rank = team::rank() as usize;
     let session = pad.session();
     let epoch = session.epoch();
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
@@ -549,18 +561,16 @@ pub fn tp_reduce_norm(
             ch.signal(tp_pad::ready(rank)).set_release(epoch);
         }
     }
-    let parts = plan.reduce_parts();
-    let (tile, part) = (block_rank() as usize / parts, block_rank() as usize % parts);
-    if tile < plan.tiles as usize && tile % world == rank {
+    if let Some((owned, part)) = share_of_block(&plan) {
         if thread_rank() == 0 {
             for ch in session.peers() {
                 ch.inbox(tp_pad::ready(ch.peer() as usize)).wait_ge(epoch);
             }
         }
         sync_threads();
-        reduce_tile(&plan, (tile, part), &e, (gathered, &session), |src, split| {
+        reduce_tile(&plan, (owned, part), &e, (gathered, &session), |src, split| {
             let p = session.channel(src as u32).remote_input(partials);
-            p.vectors().sub(plan.partial(tile, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
+            p.vectors().sub(plan.partial(owned, split) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
     }
     normalize(&plan, &e, (gathered, &session));
@@ -569,8 +579,8 @@ pub fn tp_reduce_norm(
 /// The one-kernel decode step, put + signal per tile: each block computes its columns of a partial tile (as
 /// [`tp_gemv`](fn@tp_gemv)) and stores them straight into the tile owner's `partials` (region `rank`:
 /// `world` regions of `plan.partials_len()`), then adds one to the owner's `arrived(tile)`; the owner's
-/// blocks `0 .. plan.reduce_parts()` of each tile wait for all of them and reduce a share of the tile each
-/// with the residual, gathering it to every rank, and the first blocks then normalise `out`. Launch
+/// first blocks wait for all of them and reduce a share of a tile each ([`share_of_block`]) with the
+/// residual, gathering it to every rank, and the first blocks then normalise `out`. Launch
 /// [`TpPlan::grid`] blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic
 /// shared memory (and at least [`gemv_tile`]'s); every block must be co-resident. `gather` and `squares` as
 /// for [`tp_reduce_norm`](fn@tp_reduce_norm). The protocol for larger tiles: [`tp_fused_ll`](fn@tp_fused_ll)
@@ -584,7 +594,8 @@ pub fn tp_reduce_norm(
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
-    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 16,
+    // Room for a tile's most shares, one per 128 of its vectors (`TpPlan::reduce_parts`).
+    len(squares) >= plan.tiles * ((plan.tokens + 1) / 2) * 16,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -621,16 +632,15 @@ pub fn tp_fused<G: RowGroups>(
     block_mark("pushed");
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
     let gathered = Gathered { gather, squares };
-    if tile % world == rank && r < plan.reduce_parts() {
+    if let Some((owned, part)) = share_of_block(&plan) {
         if thread_rank() == 0 {
             let all = (world * plan.blocks_per_tile()) as u64;
-            session.local(tp_pad::arrived(tile)).wait_ge(session.epoch() * all);
+            session.local(tp_pad::arrived(owned)).wait_ge(session.epoch() * all);
         }
         sync_threads();
         let mine = partials.local().as_const().vectors();
-        // Share `r` of the tile.
-        reduce_tile(&plan, (tile, r), &e, (gathered, &session), |src, split| {
-            mine.sub((src * region + plan.partial(tile, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
+        reduce_tile(&plan, (owned, part), &e, (gathered, &session), |src, split| {
+            mine.sub((src * region + plan.partial(owned, split)) * 4, plan.tokens as usize * TP_TILE_COLS * 4)
         });
         block_mark("reduced");
     }
@@ -641,11 +651,11 @@ pub fn tp_fused<G: RowGroups>(
 /// barrier between blocks, where [`tp_fused`](fn@tp_fused) has a release and an acquire on each of its two
 /// hops. Each block computes its columns of a partial tile (as [`tp_gemv`](fn@tp_gemv)) and stores them
 /// straight into the tile owner's `partials` as LL packets (region `(epoch parity, rank)` of `2 * world`
-/// regions of `plan.partials_len() / 2` packets: [`ll_region`]); the owner's blocks `0 ..
-/// plan.reduce_parts()` of each tile poll the tile's packets from every rank and split and reduce a share of
-/// the tile each with the residual, sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares
-/// to every rank's `squares` (`tiles x reduce_parts x 8` packets), and the first blocks then poll those and
-/// normalise `out`. Launch [`TpPlan::grid`] blocks of `TP_WARPS` warps with
+/// regions of `plan.partials_len() / 2` packets: [`ll_region`]); the owner's first blocks poll a tile's
+/// packets from every rank and split and reduce a share of it each ([`share_of_block`]) with the residual,
+/// sending it to every rank's `gather` (`tiles x tokens x 128` packets) and its sums of squares to every
+/// rank's `squares` (`tiles x reduce_parts x 8` packets), and the first blocks then poll those and normalise
+/// `out`. Launch [`TpPlan::grid`] blocks of `TP_WARPS` warps with
 /// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory (and at least [`gemv_tile`]'s);
 /// every block must be co-resident.
 ///
@@ -667,7 +677,8 @@ pub fn tp_fused<G: RowGroups>(
     len(x) >= plan.tokens * plan.k_local,
     len(partials) >= world() * plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 128,
-    len(squares) >= plan.tiles * plan.row_groups * plan.splits * 8,
+    // Room for a tile's most shares, one per 128 of its vectors (`TpPlan::reduce_parts`).
+    len(squares) >= plan.tiles * ((plan.tokens + 1) / 2) * 8,
     len(residual) >= plan.tokens * plan.hidden,
     len(gamma) >= plan.hidden,
     len(out) >= plan.tokens * plan.hidden
@@ -702,15 +713,14 @@ pub fn tp_fused_ll<G: RowGroups>(
     block_mark("pushed");
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
     let ranks = || (0..world as u32).map(|q| session.channel(q));
-    let parts = plan.reduce_parts();
-    if tile % world == rank && r < parts {
+    if let Some((owned, part)) = share_of_block(&plan) {
         let mine = partials.local().as_const();
         // Vector `i` of split `s`'s partial tile from rank `src` is vector `first(src) + s * step + i` of `mine`.
-        let first = |src: usize| ll_region(parity, src, world, slot) / 2 + plan.partial(tile, 0) / 4;
+        let first = |src: usize| ll_region(parity, src, world, slot) / 2 + plan.partial(owned, 0) / 4;
         let step = plan.tokens as usize * TP_TILE_COLS / 4;
         reduce_share(
             &plan,
-            (tile, r),
+            (owned, part),
             &e,
             // Rank by rank (no division in the packets' addresses), each one's splits polled eight at a time.
             |i| {
@@ -723,7 +733,7 @@ pub fn tp_fused_ll<G: RowGroups>(
             },
             |at, z| ranks().for_each(|ch| ch.remote(gather).store_vector(at, z, flag)),
             |t, v| {
-                let at = (tile * parts + r) * TP_MAX_TOKENS / 4 + t;
+                let at = (owned * plan.reduce_parts(world) + part) * TP_MAX_TOKENS / 4 + t;
                 ranks().for_each(|ch| ch.remote(squares).store_vector(at, v, flag));
             },
         );
