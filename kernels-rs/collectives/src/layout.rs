@@ -416,63 +416,50 @@ mod tests {
         }
     }
 
+    /// A plan of `tiles` whole tiles.
+    fn tp_plan(tokens: u64, tiles: u64, splits: u64, row_groups: u64) -> TpPlan {
+        TpPlan { tokens, hidden: 256 * tiles, k_local: 8192, tiles, splits, row_groups, eps_bits: 0 }
+    }
+
     #[test]
     fn a_tile_is_reduced_by_a_block_per_block_of_vectors_within_the_grid_of_its_owner() {
-        let plan = |tokens, tiles, splits, row_groups| TpPlan {
-            tokens,
-            hidden: 256 * tiles,
-            k_local: 8192,
-            tiles,
-            splits,
-            row_groups,
-            eps_bits: 0,
-        };
         // 64 vectors per token, 128 threads per block.
-        assert_eq!(plan(1, 32, 12, 1).reduce_parts(2), 1);
-        assert_eq!(plan(2, 32, 12, 1).reduce_parts(2), 1);
-        assert_eq!(plan(3, 32, 12, 1).reduce_parts(2), 2);
-        assert_eq!(plan(16, 32, 12, 1).reduce_parts(2), 8);
-        assert_eq!(plan(16, 32, 6, 2).reduce_parts(2), 8);
+        assert_eq!(tp_plan(1, 32, 12, 1).reduce_parts(2), 1);
+        assert_eq!(tp_plan(2, 32, 12, 1).reduce_parts(2), 1);
+        assert_eq!(tp_plan(3, 32, 12, 1).reduce_parts(2), 2);
+        assert_eq!(tp_plan(16, 32, 12, 1).reduce_parts(2), 8);
+        assert_eq!(tp_plan(16, 32, 6, 2).reduce_parts(2), 8);
         // Fewer blocks per tile than parts: each rank's blocks reduce its half of the tiles, so twice as many
         // blocks per owned tile as per tile (H = K = 7168 on two ranks of one GPU: 28 tiles of 7 splits).
-        assert_eq!(plan(16, 28, 7, 1).reduce_parts(2), 8);
-        assert_eq!(plan(16, 32, 2, 2).reduce_parts(2), 8);
-        assert_eq!(plan(16, 32, 3, 1).reduce_parts(2), 6);
-        assert_eq!(plan(16, 32, 3, 1).reduce_parts(4), 8);
+        assert_eq!(tp_plan(16, 28, 7, 1).reduce_parts(2), 8);
+        assert_eq!(tp_plan(16, 32, 2, 2).reduce_parts(2), 8);
+        assert_eq!(tp_plan(16, 32, 3, 1).reduce_parts(2), 6);
+        assert_eq!(tp_plan(16, 32, 3, 1).reduce_parts(4), 8);
         // One rank owns every tile: its tile's blocks, as many as there are.
-        assert_eq!(plan(16, 32, 5, 1).reduce_parts(1), 5);
-        assert_eq!(plan(16, 32, 1, 1).reduce_parts(1), 1);
+        assert_eq!(tp_plan(16, 32, 5, 1).reduce_parts(1), 5);
+        assert_eq!(tp_plan(16, 32, 1, 1).reduce_parts(1), 1);
         // An odd tile count: rank 0 owns two of three tiles, with the grid's three (or six) blocks.
-        assert_eq!(plan(16, 3, 1, 1).reduce_parts(2), 1);
-        assert_eq!(plan(16, 3, 2, 1).reduce_parts(2), 3);
+        assert_eq!(tp_plan(16, 3, 1, 1).reduce_parts(2), 1);
+        assert_eq!(tp_plan(16, 3, 2, 1).reduce_parts(2), 3);
     }
 
     #[test]
     fn the_two_kernel_epilogue_has_a_block_per_tile_share_or_per_1024_columns_within_the_products_grid() {
-        let plan = |tokens, hidden, splits| TpPlan {
-            tokens,
-            hidden,
-            k_local: 4096,
-            tiles: hidden.div_ceil(256),
-            splits,
-            row_groups: 1,
-            eps_bits: 0,
-        };
-        // H = 8192, 1 token: 16 owned tiles of one share, 8 blocks of 1024 columns.
-        assert_eq!(plan(1, 8192, 6).epilogue_grid(2), 16);
+        // H = 8192 (32 tiles), 1 token: 16 owned tiles of one share, 8 blocks of 1024 columns.
+        assert_eq!(tp_plan(1, 32, 6, 1).epilogue_grid(2), 16);
         // 16 tokens: 16 tiles of 8 shares, 128 blocks of 1024 columns.
-        assert_eq!(plan(16, 8192, 6).epilogue_grid(2), 128);
+        assert_eq!(tp_plan(16, 32, 6, 1).epilogue_grid(2), 128);
         // One rank owns every tile: 32 tiles of 6 shares (its tiles' blocks), 192 blocks.
-        assert_eq!(plan(16, 8192, 6).epilogue_grid(1), 192);
+        assert_eq!(tp_plan(16, 32, 6, 1).epilogue_grid(1), 192);
         // 16 tokens of H = 1024 on two ranks: 2 tiles of 8 shares, but 16 blocks of columns.
-        assert_eq!(plan(16, 1024, 6).epilogue_grid(2), 16);
+        assert_eq!(tp_plan(16, 4, 6, 1).epilogue_grid(2), 16);
         // One tile of one split: the product's one block.
-        assert_eq!(plan(16, 256, 1).epilogue_grid(2), 1);
+        assert_eq!(tp_plan(16, 1, 1, 1).epilogue_grid(2), 1);
     }
 
     #[test]
     fn a_tiles_blocks_take_every_range_of_rows_for_every_block_of_columns() {
-        let plan = TpPlan { tokens: 1, hidden: 8192, k_local: 8192, tiles: 32, splits: 6, row_groups: 2, eps_bits: 0 };
+        let plan = tp_plan(1, 32, 6, 2);
         assert_eq!((plan.blocks_per_tile(), plan.grid()), (12, 384));
         let places: std::collections::BTreeSet<_> = (0..12).map(|r| plan.block_in_tile(r)).collect();
         assert_eq!(places, (0..2).flat_map(|part| (0..6).map(move |split| (part, split))).collect());

@@ -528,9 +528,10 @@ fn normalize(plan: &TpPlan, e: &Epilogue<'_>, (from, session): (Gathered, &Sessi
 /// `partials`, read on the peers) are reduced per tile by the tile's owner (rank `tile % world`, its first
 /// blocks a share each: [`share_of_block`]), with the residual added, gathered to every rank (`gather`:
 /// `tiles x tokens x 256` `f32`, `y + residual`; `squares`: `tiles x reduce_parts x 16` `f32`, each tile
-/// share's sums of squares per token) and normalised (RMSNorm with `gamma`) into `out`. Raises `ready` as it starts, so a peer reads this rank's partials only once its
-/// GEMV (earlier in the stream) is done. Launch [`TpPlan::epilogue_grid`] blocks of `TP_WARPS` warps with
-/// `sum_across_block_bytes(16, TP_WARPS)` bytes of dynamic shared memory; every block must be co-resident.
+/// share's sums of squares per token) and normalised (RMSNorm with `gamma`) into `out`. Raises `ready` as it
+/// starts, so a peer reads this rank's partials only once its GEMV (earlier in the stream) is done. Launch
+/// [`TpPlan::epilogue_grid`] blocks of `TP_WARPS` warps with `sum_across_block_bytes(16, TP_WARPS)` bytes of
+/// dynamic shared memory; every block must be co-resident.
 #[kernel(requires(
     len(partials) >= plan.tiles * plan.splits * plan.tokens * 256,
     len(gather) >= plan.tiles * plan.tokens * 256,
