@@ -335,15 +335,22 @@ impl TpPlan {
         if parts < most { parts } else { most }
     }
 
+    /// Blocks of `TP_WARPS` warps that give the RMSNorm a thread per 8 output columns: as many as the
+    /// epilogues let write the output (fewer where their grid is smaller).
+    #[inline(always)]
+    pub const fn norm_blocks(&self) -> usize {
+        (self.tokens as usize * self.hidden as usize / 8).div_ceil(TP_WARPS * 32)
+    }
+
     /// Blocks of the two-kernel step's epilogue on a team of `world` ranks: as many as the reducing blocks of
-    /// the rank that owns the most tiles (`tiles.div_ceil(world) × reduce_parts`) or a thread per 8 output
-    /// columns, whichever is more, but no more than the product's grid. That one keeps to the rank's share of
-    /// the GPU: every block must be resident, beside the other ranks' kernels where ranks share a GPU.
+    /// the rank that owns the most tiles (`tiles.div_ceil(world) × reduce_parts`) or as the norm wants
+    /// ([`norm_blocks`](Self::norm_blocks)), whichever is more, but no more than the product's grid. That one
+    /// keeps to the rank's share of the GPU: every block must be resident, beside the other ranks' kernels
+    /// where ranks share a GPU.
     #[inline(always)]
     pub const fn epilogue_grid(&self, world: usize) -> usize {
         let reducers = (self.tiles as usize).div_ceil(world) * self.reduce_parts(world);
-        let normalizers = (self.tokens as usize * self.hidden as usize / 8).div_ceil(TP_WARPS * 32);
-        let grid = if reducers > normalizers { reducers } else { normalizers };
+        let grid = if reducers > self.norm_blocks() { reducers } else { self.norm_blocks() };
         if grid < self.grid() { grid } else { self.grid() }
     }
 

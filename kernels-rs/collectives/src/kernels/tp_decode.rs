@@ -447,12 +447,12 @@ fn share_of_block(plan: &TpPlan) -> Option<(usize, usize)> {
     (tile < plan.tiles as usize).then_some((tile, (b % parts) as usize))
 }
 
-/// How many blocks write the output: as many as give each thread one item of 8 columns (or the whole grid,
-/// if fewer). The others return at once, so that no more blocks than needed wait for the reduced tiles
+/// How many blocks write the output: [`TpPlan::norm_blocks`], a thread per item of 8 columns (or the whole
+/// grid, if fewer). The others return at once, so that no more blocks than needed wait for the reduced tiles
 /// (hundreds of pollers slow down the stores they wait for) or stay resident.
 #[inline(always)]
 fn normalizing_blocks(plan: &TpPlan) -> usize {
-    (plan.tokens * plan.hidden / 8).div_ceil(block_size() as u64).min(grid_size() as u64) as usize
+    plan.norm_blocks().min(grid_size() as usize)
 }
 
 /// This block's share of the output (one of the first `blocks`), once every tile is reduced: `out[j, h] =
