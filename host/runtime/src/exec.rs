@@ -15,6 +15,7 @@ use cudarc::driver::CudaStream;
 
 use crate::error::Error;
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
+use crate::stream::{ExternalStream, StreamState};
 use crate::team::{ErrorSlot, TeamShared};
 
 /// What runs a team's local ranks: their memory, their streams, their launches and graphs.
@@ -50,7 +51,8 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
     /// As for [`Exec::write`].
     unsafe fn memset(&self, slot: usize, dst: u64, byte: u8, len: usize) -> Result<(), Error>;
 
-    /// Whether local rank `slot` has finished everything queued on it; a failure is reported once it has.
+    /// Whether local rank `slot` has finished everything queued on it — on its own stream, and the launches
+    /// and copies it queued on the caller's streams; a failure is reported once it has.
     fn idle(&self, slot: usize) -> Result<bool, Error>;
 
     /// A zeroed error buffer for local rank `slot`, in host memory its kernels write through.
@@ -66,15 +68,53 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
     /// The most threads per block `kernel` can be launched with on every local rank.
     fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error>;
 
-    /// Queues `kernel` on every local rank (`packs` in local order), or records it while `capturing`.
+    /// Queues `kernel` on every local rank (`packs` in local order): on `streams` (the caller's, one per local
+    /// rank) when given, else on the ranks' own. `capturing`: a capture records it (the team's, or the one of
+    /// the caller's streams), so nothing is waited for or marked.
     fn launch(
         &self,
         team: &TeamShared,
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
+        streams: Option<&[ExternalStream]>,
         capturing: bool,
     ) -> Result<(), Error>;
+
+    /// Queues a copy of `bytes` bytes from `src` to `dst` on local rank `slot`, in the order of its launches:
+    /// on `stream` (the caller's) when given, else on the rank's own; recorded by a capture as a launch is.
+    ///
+    /// # Safety
+    ///
+    /// Both ranges are memory the rank's device can access, and stay allocated until the copy has finished.
+    unsafe fn copy(
+        &self,
+        slot: usize,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+        stream: Option<&ExternalStream>,
+        capturing: bool,
+    ) -> Result<(), Error>;
+
+    /// Whether `stream` may carry local rank `slot`'s launches: why not, if it may not.
+    fn check_stream(&self, slot: usize, stream: &ExternalStream) -> Result<(), String> {
+        let _ = (slot, stream);
+        Err(format!("the {} backend has no CUDA streams to launch on", self.name()))
+    }
+
+    /// Where a caller's stream stands (only backends that accept caller streams are asked).
+    fn stream_state(&self, slot: usize, stream: &ExternalStream) -> Result<StreamState, Error> {
+        let _ = (slot, stream);
+        Ok(StreamState::Running)
+    }
+
+    /// Whether `bytes` bytes of memory the caller allocated at `addr` can be used by local rank `slot`'s
+    /// kernels and copies: why not, if they cannot.
+    fn check_memory(&self, slot: usize, addr: u64, bytes: usize) -> Result<(), String> {
+        let _ = (slot, addr, bytes);
+        Ok(())
+    }
 
     /// Starts capturing every local rank's launches.
     fn begin_capture(&self) -> Result<(), Error>;

@@ -26,10 +26,11 @@
 //! | --- | --- |
 //! | [`system`] | the driver, its GPUs, their links, the PTX JIT smoke test (what `ferrocomm doctor` shows) |
 //! | [`team`] | [`Team`] and [`TeamBuilder`]: backend, GPUs, ranks per GPU, timeout, peer access |
-//! | [`memory`] | [`SymBuffer`] (symmetric memory + peer table) and [`SignalPadBuffer`] |
+//! | [`memory`] | [`SymBuffer`] (symmetric memory + peer table), [`SignalPadBuffer`], [`CallerMemory`] (memory the caller allocated) |
 //! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX and SASS, [`kernel_module!`] |
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
 //! | [`graph`] | [`Team::capture`] and [`TeamGraph::replay`] |
+//! | [`stream`] | launching on the caller's streams and inside the caller's graph capture ([`Team::bind_streams`]) |
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix; the wait-for report of a hang |
 //! | [`nvshmem`] | NVSHMEM, opened at run time: a team whose kernels reach other nodes (`TeamBuilder::nvshmem`), what `doctor` reports |
 //! | [`trace`] | trace mode: device events collected after each launch, written as a Perfetto/Chrome trace |
@@ -52,6 +53,7 @@ pub mod memory;
 pub mod module;
 pub mod nvshmem;
 mod process;
+pub mod stream;
 pub mod system;
 pub mod team;
 pub mod trace;
@@ -62,8 +64,9 @@ pub use error::{
 };
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
-pub use memory::{DeviceCopy, SignalPadBuffer, SymBuffer};
+pub use memory::{CallerMemory, DeviceCopy, SignalPadBuffer, SymBuffer};
 pub use module::{KernelModule, ModuleImage};
+pub use stream::{ExternalStream, StreamBinding};
 pub use system::Link;
 pub use team::{Backend, Device, RankRef, Team, TeamBuilder};
 pub use trace::{TraceConfig, TraceEvent, TraceWhat};

@@ -10,17 +10,21 @@ use cudarc::driver::{CudaContext, result};
 use super::CudaTeam;
 use crate::error::{Error, cuda};
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
+use crate::stream::ExternalStream;
 use crate::team::TeamShared;
 
 impl CudaTeam {
-    /// Launches `kernel` on every rank. If a rank fails after others were launched, waits for those before
-    /// returning the error (they may use the memory the caller is about to release).
+    /// Launches `kernel` on every rank: on `streams` (the caller's) when given, else on the ranks' own. If a
+    /// rank fails after others were launched, waits for those before returning the error (they may use the
+    /// memory the caller is about to release). Work on a caller's stream that runs (not `capturing`) is
+    /// marked there, so `idle` waits for it.
     pub fn launch_all(
         &self,
         team: &TeamShared,
         kernel: &'static Kernel,
         cfg: &LaunchConfig,
         packs: &[ParamPack],
+        streams: Option<&[ExternalStream]>,
         capturing: bool,
     ) -> Result<(), Error> {
         let funcs = (0..self.ranks.len())
@@ -36,7 +40,14 @@ impl CudaTeam {
             self.check_co_resident(kernel, cfg, &only)?;
         }
         for (rank, (&(func, programmatic), pack)) in funcs.iter().zip(packs).enumerate() {
-            if let Err(e) = self.launch_rank(rank, func, cfg, pack, programmatic) {
+            let caller = streams.map(|s| &s[rank]);
+            let launched = self.launch_rank(rank, func, cfg, pack, programmatic, caller).and_then(|()| match caller {
+                Some(stream) if !capturing => {
+                    self.ranks[rank].marks.record(stream).map_err(cuda("cuEventRecord", Some(self.gpu_of(rank).device())))
+                }
+                _ => Ok(()),
+            });
+            if let Err(e) = launched {
                 if rank > 0 && !capturing {
                     let _ = team.wait_idle(Instant::now());
                     let _ = team.take_device_errors();
@@ -56,8 +67,10 @@ impl CudaTeam {
         cfg: &LaunchConfig,
         pack: &ParamPack,
         programmatic: bool,
+        caller: Option<&ExternalStream>,
     ) -> Result<(), Error> {
-        let r = self.bind(rank)?;
+        self.bind(rank)?;
+        let stream = self.target(rank, caller);
         let mut params = pack.pointers();
         let [gx, gy, gz] = cfg.grid;
         let [bx, by, bz] = cfg.block;
@@ -74,7 +87,7 @@ impl CudaTeam {
             blockDimY: by,
             blockDimZ: bz,
             sharedMemBytes: cfg.shared_bytes,
-            hStream: r.stream.cu_stream(),
+            hStream: stream,
             attrs: &raw mut attr,
             numAttrs: u32::from(programmatic),
         };

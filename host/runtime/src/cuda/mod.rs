@@ -3,6 +3,7 @@
 
 mod clock;
 mod launch;
+mod marks;
 mod module;
 mod peer;
 mod shareable;
@@ -17,6 +18,7 @@ use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, CudaStream, DriverError, result};
 
 pub(crate) use launch::RankGraph;
+use marks::Marks;
 pub(crate) use module::LoadedModule;
 use shareable::ShareableHeap;
 
@@ -24,6 +26,7 @@ use crate::error::{Error, cuda};
 use crate::exec::{Captured, Exec};
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
 use crate::memory::ERROR_BUFFER_BYTES;
+use crate::stream::{ExternalStream, StreamState};
 use crate::system;
 use crate::team::{Device, ErrorSlot, TeamShared};
 
@@ -81,6 +84,8 @@ pub(crate) struct CudaRank {
     /// Keyed by [`KernelModule::key`](crate::KernelModule): each rank loads its own instance, so ranks
     /// sharing a GPU have their own `FERROCOMM_LAUNCH_CTX`.
     pub modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
+    /// Where this rank's work on the caller's streams ends: what `idle` waits for besides its own stream.
+    pub marks: Marks,
 }
 
 /// The CUDA half of a team. Field order is drop order: modules and streams before contexts.
@@ -108,7 +113,7 @@ impl CudaTeam {
             .map(|&gpu| {
                 let g = &gpus[gpu];
                 let stream = g.ctx.new_stream().map_err(cuda("cuStreamCreate", Some(g.device())))?;
-                Ok(CudaRank { gpu, stream, modules: Mutex::new(HashMap::new()) })
+                Ok(CudaRank { gpu, stream, modules: Mutex::new(HashMap::new()), marks: Marks::default() })
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let shared_gpu = (1..rank_gpu.len()).any(|r| rank_gpu[..r].contains(&rank_gpu[r]));
@@ -146,6 +151,11 @@ impl CudaTeam {
 
     fn stream(&self, rank: usize) -> sys::CUstream {
         self.ranks[rank].stream.cu_stream()
+    }
+
+    /// The stream rank `rank`'s work goes to: the caller's, or its own.
+    fn target(&self, rank: usize, caller: Option<&ExternalStream>) -> sys::CUstream {
+        caller.map_or_else(|| self.stream(rank), ExternalStream::as_raw)
     }
 
     fn sync(&self, rank: usize) -> Result<(), Error> {
@@ -223,15 +233,107 @@ impl Exec for CudaTeam {
         self.sync(rank)
     }
 
-    /// Whether everything queued on the rank's stream has finished (never blocks).
+    /// Whether everything queued on the rank's stream, and its work on the caller's streams, has finished
+    /// (never blocks).
     fn idle(&self, rank: usize) -> Result<bool, Error> {
         self.bind(rank)?;
         // SAFETY: the stream is alive (owned by this rank) and its context is current.
-        match unsafe { sys::cuStreamQuery(self.stream(rank)) } {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => Err(Error::Cuda { call: "cuStreamQuery", device: self.on(rank), source: DriverError(other) }),
+        let own = match unsafe { sys::cuStreamQuery(self.stream(rank)) } {
+            CUresult::CUDA_SUCCESS => true,
+            CUresult::CUDA_ERROR_NOT_READY => false,
+            other => {
+                return Err(Error::Cuda { call: "cuStreamQuery", device: self.on(rank), source: DriverError(other) });
+            }
+        };
+        Ok(own && self.ranks[rank].marks.passed().map_err(cuda("cuEventQuery", self.on(rank)))?)
+    }
+
+    unsafe fn copy(
+        &self,
+        rank: usize,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+        stream: Option<&ExternalStream>,
+        capturing: bool,
+    ) -> Result<(), Error> {
+        if bytes == 0 {
+            return Ok(());
         }
+        self.bind(rank)?;
+        let target = self.target(rank, stream);
+        // SAFETY: the caller vouches both ranges are device-accessible and outlive the copy; the stream
+        // belongs to the rank's (current) context.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, target) }
+            .map_err(cuda("cuMemcpyDtoDAsync", self.on(rank)))?;
+        if let (Some(stream), false) = (stream, capturing) {
+            self.ranks[rank].marks.record(stream).map_err(cuda("cuEventRecord", self.on(rank)))?;
+        }
+        Ok(())
+    }
+
+    fn check_stream(&self, rank: usize, stream: &ExternalStream) -> Result<(), String> {
+        self.bind(rank).map_err(|e| e.to_string())?;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: the caller vouched the stream is live (`ExternalStream::from_raw`); 0 is the legacy default
+        // stream of the current context.
+        let got = unsafe { sys::cuStreamGetCtx(stream.as_raw(), &mut ctx) };
+        if got != CUresult::CUDA_SUCCESS {
+            return Err(format!("cuStreamGetCtx failed ({got:?}): not a live CUDA stream"));
+        }
+        let gpu = self.gpu_of(rank);
+        if ctx != gpu.ctx.cu_ctx() {
+            return Err(format!(
+                "it belongs to another context than {}'s primary context; launch on a stream of the primary \
+                 context (as torch's and cudarc's are)",
+                gpu.device()
+            ));
+        }
+        Ok(())
+    }
+
+    fn stream_state(&self, rank: usize, stream: &ExternalStream) -> Result<StreamState, Error> {
+        self.bind(rank)?;
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a live stream of the rank's (current) context; asking is legal during any capture.
+        unsafe { sys::cuStreamIsCapturing(stream.as_raw(), &mut status) }
+            .result()
+            .map_err(cuda("cuStreamIsCapturing", self.on(rank)))?;
+        match status {
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Ok(StreamState::Running),
+            sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Ok(StreamState::Capturing),
+            _ => Err(Error::Cuda {
+                call: "cuStreamIsCapturing (the caller's capture was invalidated before this launch)",
+                device: self.on(rank),
+                source: DriverError(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED),
+            }),
+        }
+    }
+
+    fn check_memory(&self, rank: usize, addr: u64, bytes: usize) -> Result<(), String> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind(rank).map_err(|e| e.to_string())?;
+        let gpu = self.gpu_of(rank);
+        for (end, at) in [("first", addr), ("last", addr + bytes as u64 - 1)] {
+            let mut ordinal: i32 = -1;
+            // SAFETY: asks about an address; writes one int.
+            let got = unsafe {
+                sys::cuPointerGetAttribute(
+                    (&raw mut ordinal).cast(),
+                    sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                    at,
+                )
+            };
+            if got != CUresult::CUDA_SUCCESS {
+                return Err(format!("its {end} byte ({at:#x}) is not memory the CUDA driver knows ({got:?})"));
+            }
+            if ordinal != gpu.ordinal as i32 {
+                return Err(format!("its {end} byte ({at:#x}) is on GPU {ordinal}, not on {}", gpu.device()));
+            }
+        }
+        Ok(())
     }
 
     /// A rank's error buffer: pinned host memory mapped into every context, zeroed.
@@ -303,9 +405,10 @@ impl Exec for CudaTeam {
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
+        streams: Option<&[ExternalStream]>,
         capturing: bool,
     ) -> Result<(), Error> {
-        self.launch_all(team, kernel, &cfg, &packs, capturing)
+        self.launch_all(team, kernel, &cfg, &packs, streams, capturing)
     }
 
     fn begin_capture(&self) -> Result<(), Error> {

@@ -23,6 +23,7 @@ use crate::error::Error;
 use crate::exec::{Captured, Exec};
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
 use crate::memory::ERROR_BUFFER_BYTES;
+use crate::stream::ExternalStream;
 use crate::team::{ErrorSlot, TeamShared};
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
@@ -40,12 +41,19 @@ struct EmuRank {
     thread: Option<JoinHandle<()>>,
 }
 
-/// A launch recorded during graph capture, replayed as is.
+/// A launch or copy recorded during graph capture, replayed as is.
 #[derive(Debug, Clone)]
-pub(crate) struct Recorded {
-    kernel: &'static Kernel,
-    cfg: LaunchConfig,
-    packs: Vec<Arc<ParamPack>>,
+pub(crate) enum Recorded {
+    Launch { kernel: &'static Kernel, cfg: LaunchConfig, packs: Vec<Arc<ParamPack>> },
+    Copy { slot: usize, copy: Copy },
+}
+
+/// A copy queued on a rank's stream: `bytes` bytes from `src` to `dst`, both addresses of this process.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Copy {
+    dst: u64,
+    src: u64,
+    bytes: usize,
 }
 
 /// The emulator half of a team.
@@ -160,7 +168,7 @@ impl EmuTeam {
     ) -> Result<(), Error> {
         EmuTeam::check(kernel, &cfg)?;
         if let Some(recording) = self.recording.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-            recording.push(Recorded { kernel, cfg, packs });
+            recording.push(Recorded::Launch { kernel, cfg, packs });
             return Ok(());
         }
         let (world, shared_bytes) = (team.world as u32, cfg.shared_bytes as usize);
@@ -209,6 +217,28 @@ impl EmuTeam {
 }
 
 impl EmuTeam {
+    /// Queues `copy` on local rank `slot`'s worker, after the launches before it. The checker sees it as a
+    /// host write between kernels, which is what it is: the worker runs it when the rank's previous
+    /// launches have ended.
+    fn queue_copy(&self, slot: usize, copy: Copy) -> Result<(), Error> {
+        if copy.bytes == 0 {
+            return Ok(());
+        }
+        let timeline = self.timeline.get().cloned();
+        self.submit(
+            slot,
+            Box::new(move || {
+                if let Some(t) = &timeline {
+                    t.host_wrote(copy.dst as usize, copy.bytes);
+                }
+                // SAFETY: `Exec::copy`'s contract: both ranges are live memory of this process until the copy
+                // has run; `copy` (not `copy_nonoverlapping`): a caller may copy a buffer onto itself.
+                unsafe { std::ptr::copy(copy.src as usize as *const u8, copy.dst as usize as *mut u8, copy.bytes) };
+                Ok(())
+            }),
+        )
+    }
+
     /// The host changed `bytes` bytes at `addr` (no kernel uses them meanwhile).
     fn host_wrote(&self, addr: u64, bytes: usize) {
         if let Some(t) = self.timeline.get() {
@@ -283,9 +313,28 @@ impl Exec for EmuTeam {
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
+        _streams: Option<&[ExternalStream]>,
         _capturing: bool,
     ) -> Result<(), Error> {
+        // No caller streams here (`check_stream` refuses them): every launch goes to the ranks' own.
         self.queue(team, kernel, cfg, packs.into_iter().map(Arc::new).collect())
+    }
+
+    unsafe fn copy(
+        &self,
+        slot: usize,
+        dst: u64,
+        src: u64,
+        bytes: usize,
+        _stream: Option<&ExternalStream>,
+        _capturing: bool,
+    ) -> Result<(), Error> {
+        let copy = Copy { dst, src, bytes };
+        if let Some(recording) = self.recording.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            recording.push(Recorded::Copy { slot, copy });
+            return Ok(());
+        }
+        self.queue_copy(slot, copy)
     }
 
     fn begin_capture(&self) -> Result<(), Error> {
@@ -300,7 +349,10 @@ impl Exec for EmuTeam {
 
     fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error> {
         let launches = captured.get::<Vec<Recorded>>(team)?;
-        launches.iter().try_for_each(|r| self.queue(team, r.kernel, r.cfg, r.packs.clone()))
+        launches.iter().try_for_each(|r| match r {
+            Recorded::Launch { kernel, cfg, packs } => self.queue(team, kernel, *cfg, packs.clone()),
+            Recorded::Copy { slot, copy } => self.queue_copy(*slot, *copy),
+        })
     }
 
     fn export(&self, _slot: usize, addr: u64, _bytes: usize) -> Result<OwnedFd, Error> {

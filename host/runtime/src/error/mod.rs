@@ -183,6 +183,36 @@ pub enum Error {
         /// The kernel parameter it was passed as, when the launcher says (`#[kernel]` launchers do).
         argument: Option<&'static str>,
     },
+    /// A caller's stream that cannot carry a rank's launches ([`Team::bind_streams`](crate::Team::bind_streams)).
+    #[error("the stream {stream:#x} bound for rank {rank} cannot carry its launches: {reason}")]
+    ForeignStream {
+        /// The rank it was bound for.
+        rank: usize,
+        /// The stream's driver handle.
+        stream: usize,
+        /// Why not.
+        reason: String,
+    },
+    /// Memory the caller allocated that a rank cannot use ([`Team::caller_memory`](crate::Team::caller_memory)).
+    #[error("memory given for rank {rank} cannot be used there: {reason}")]
+    CallerMemory {
+        /// The rank it was given for.
+        rank: usize,
+        /// Why not (where it is instead).
+        reason: String,
+    },
+    /// Ordinary memory where a kernel argument needs symmetric memory (the same allocation on every rank,
+    /// with a peer table): peers reach it by address.
+    #[error(
+        "argument `{argument}` must be symmetric memory (its peers store into it or read from it), but {found}; \
+         allocate it with the team (SymBuffer::new, or ferrocomm.empty in Python)"
+    )]
+    SymmetricRequired {
+        /// The argument.
+        argument: String,
+        /// What was passed instead.
+        found: String,
+    },
     /// A length relation between arguments does not hold.
     #[error("length check `{relation}` failed ({left} vs {right}); pass buffers whose lengths satisfy it")]
     LengthMismatch {

@@ -2,9 +2,11 @@
 //! signal pads. Sizes and alignment are checked here; freeing waits for the kernels that use a buffer
 //! (the launch guards borrow it, and a leaked guard is caught by [`TeamShared::settle`](crate::team)).
 
+mod caller;
 mod signal;
 mod sym;
 
+pub use caller::CallerMemory;
 pub use signal::SignalPadBuffer;
 pub(crate) use sym::Allocation;
 pub use sym::SymBuffer;

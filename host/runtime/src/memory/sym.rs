@@ -266,6 +266,40 @@ impl<T: DeviceCopy> SymBuffer<T> {
         Ok(RawSlice { ptr: self.alloc.local_part(rank)? as usize as *mut T, len: self.len })
     }
 
+    /// The core of the team that allocated it.
+    pub(crate) fn team_shared(&self) -> &TeamShared {
+        &self.alloc.team
+    }
+
+    /// The same memory seen as `len` elements of `U` (at most as many bytes as this buffer has): how a
+    /// framework's layer keeps a pool of symmetric bytes and hands each call a buffer of the call's type.
+    /// The alias shares the memory (it lives as long as the longest-lived of them) and its launches are
+    /// checked like this buffer's.
+    ///
+    /// # Safety
+    ///
+    /// The borrow rules protect each buffer alone: the caller makes sure no two aliases are used in ways
+    /// that race (a kernel writing through one while the host or another kernel uses the other).
+    pub unsafe fn alias<U: DeviceCopy>(&self, len: usize) -> Result<SymBuffer<U>, Error> {
+        // Refuses what no allocation of `U` could hold: an alignment above ALIGN, a size that overflows.
+        allocation_bytes::<U>(len)?;
+        let bytes = len * size_of::<U>();
+        if bytes > self.alloc.bytes {
+            return Err(Error::LengthMismatch {
+                relation: "alias bytes <= allocation bytes",
+                left: bytes,
+                right: self.alloc.bytes,
+            });
+        }
+        Ok(SymBuffer { alloc: Arc::clone(&self.alloc), len, _elem: PhantomData })
+    }
+
+    /// Whether `addr` lies in rank `rank`'s part of this buffer's memory (a framework's tensor that may be
+    /// one of this buffer's aliases).
+    pub fn contains(&self, rank: usize, addr: u64) -> bool {
+        self.alloc.part(rank).is_ok_and(|base| (base..base + self.alloc.bytes as u64).contains(&addr))
+    }
+
     /// Checks the buffer may be used by a launch on `rank`: same team, same device, same world.
     pub fn check_for(&self, rank: &RankRef<'_>) -> Result<(), Error> {
         check_owner(&self.alloc.team, rank)

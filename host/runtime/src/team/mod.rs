@@ -184,7 +184,22 @@ impl Team {
         }
     }
 
-    /// Waits until every rank's stream is idle and reads every rank's device error buffer.
+    /// The device errors of launches that ended since the last wait, without waiting when there are none:
+    /// one read of each local rank's error count in host memory (what an embedding framework calls before
+    /// each operation, as torch reports a failed kernel at a later call). When a rank has recorded one, waits
+    /// for every local rank's streams (the team's and the caller's, see [`crate::stream`]) and returns the
+    /// records as [`Error::Device`].
+    pub fn check_errors(&self) -> Result<(), Error> {
+        self.shared.check_usable()?;
+        if !self.shared.errors_pending() {
+            return Ok(());
+        }
+        self.shared.wait_idle(std::time::Instant::now())?;
+        self.shared.take_device_errors()
+    }
+
+    /// Waits until every rank's stream is idle (with the work it queued on the caller's streams) and reads
+    /// every rank's device error buffer.
     pub fn synchronize(&self) -> Result<(), Error> {
         self.shared.refuse_while_capturing("Team::synchronize")?;
         self.shared.wait_idle(std::time::Instant::now())?;

@@ -82,8 +82,11 @@ pub(crate) struct TeamShared {
     /// Set by a host timeout: from then on memory is leaked rather than freed under a running kernel.
     pub poisoned: AtomicBool,
     pub capturing: AtomicBool,
-    /// Kernel launches (a graph replay counts each of its launches) whose guard has not waited yet.
+    /// Kernel launches and copies (a graph replay counts each of its launches) whose guard has not waited yet.
     pub in_flight: AtomicUsize,
+    /// Those of `in_flight` whose guard was left in the stream (`LaunchGuard::leave_in_stream`): the next
+    /// wait that sees every stream idle retires them.
+    pub left_in_stream: AtomicUsize,
     /// Launches recorded by the capture in progress.
     pub captured_launches: AtomicUsize,
     /// Held while one team launch is queued on every rank, so two threads' launches cannot interleave
@@ -154,6 +157,7 @@ impl TeamShared {
             poisoned: AtomicBool::new(false),
             capturing: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
+            left_in_stream: AtomicUsize::new(0),
             captured_launches: AtomicUsize::new(0),
             launch_lock: Mutex::new(()),
             capture_pins: Mutex::new(Vec::new()),
@@ -320,6 +324,9 @@ impl TeamShared {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+        // Every stream is idle: the launches left in their streams have ended.
+        let retired = self.left_in_stream.swap(0, Ordering::AcqRel);
+        self.in_flight.fetch_sub(retired, Ordering::AcqRel);
         match failure {
             None => Ok(()),
             // A device panic traps, which kills the context: the record in the error buffer says where.
@@ -333,6 +340,17 @@ impl TeamShared {
 
     fn idle(&self, rank: usize) -> Result<bool, Error> {
         self.exec.idle(self.slot(rank)?)
+    }
+
+    /// Whether a local rank's device error buffer holds a record, read without waiting for any kernel: the
+    /// count is one word in host memory that kernels only ever raise.
+    pub fn errors_pending(&self) -> bool {
+        self.error_buffers.iter().any(|slot| {
+            // SAFETY: the rank's live error buffer; `count` is an aligned u32 that kernels update atomically,
+            // so reading it atomically races with nothing.
+            let count = unsafe { &*(&raw const (*slot.host).count).cast::<std::sync::atomic::AtomicU32>() };
+            count.load(Ordering::Acquire) != 0
+        })
     }
 
     /// Reads and clears every rank's device error buffer; the records become one [`Error::Device`]. After
