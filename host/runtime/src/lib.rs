@@ -64,7 +64,7 @@ pub use error::{
 };
 pub use graph::TeamGraph;
 pub use launch::{ByteView, ByteViewMut, Kernel, LaunchBytes, LaunchConfig, LaunchGuard, LaunchParam, ParamPack};
-pub use memory::{CallerMemory, DeviceCopy, SignalPadBuffer, SymBuffer};
+pub use memory::{CallerMemory, DeviceCopy, SignalPadBuffer, SymBuffer, WeakSymBuffer};
 pub use module::{KernelModule, ModuleImage};
 pub use stream::{ExternalStream, StreamBinding};
 pub use system::Link;

@@ -42,9 +42,10 @@ impl CudaTeam {
         for (rank, (&(func, programmatic), pack)) in funcs.iter().zip(packs).enumerate() {
             let caller = streams.map(|s| &s[rank]);
             let launched = self.launch_rank(rank, func, cfg, pack, programmatic, caller).and_then(|()| match caller {
-                Some(stream) if !capturing => {
-                    self.ranks[rank].marks.record(stream).map_err(cuda("cuEventRecord", Some(self.gpu_of(rank).device())))
-                }
+                Some(stream) if !capturing => self.ranks[rank]
+                    .marks
+                    .record(stream)
+                    .map_err(cuda("cuEventRecord", Some(self.gpu_of(rank).device()))),
                 _ => Ok(()),
             });
             if let Err(e) = launched {

@@ -94,7 +94,11 @@ impl<T: DeviceCopy> SymBuffer<T> {
         }
         let capacity = self.len() * size_of::<T>();
         if mem.bytes > capacity {
-            return Err(Error::LengthMismatch { relation: "caller bytes <= symmetric buffer bytes", left: mem.bytes, right: capacity });
+            return Err(Error::LengthMismatch {
+                relation: "caller bytes <= symmetric buffer bytes",
+                left: mem.bytes,
+                right: capacity,
+            });
         }
         Ok(())
     }
@@ -106,7 +110,13 @@ impl<T: DeviceCopy> SymBuffer<T> {
 ///
 /// Both ranges are memory the rank can access that stay allocated until the guard has waited (or, left in
 /// the stream, until the team has next waited).
-unsafe fn queue_copy(team: &TeamShared, rank: usize, dst: u64, src: u64, bytes: usize) -> Result<LaunchGuard<'_>, Error> {
+unsafe fn queue_copy(
+    team: &TeamShared,
+    rank: usize,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+) -> Result<LaunchGuard<'_>, Error> {
     team.check_usable()?;
     let slot = team.slot(rank)?;
     let route = crate::stream::route(team)?;

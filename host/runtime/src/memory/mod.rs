@@ -9,7 +9,7 @@ mod sym;
 pub use caller::CallerMemory;
 pub use signal::SignalPadBuffer;
 pub(crate) use sym::Allocation;
-pub use sym::SymBuffer;
+pub use sym::{SymBuffer, WeakSymBuffer};
 
 use std::mem::size_of;
 

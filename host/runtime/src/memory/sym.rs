@@ -294,6 +294,12 @@ impl<T: DeviceCopy> SymBuffer<T> {
         Ok(SymBuffer { alloc: Arc::clone(&self.alloc), len, _elem: PhantomData })
     }
 
+    /// A handle that does not keep the memory alive: a registry's way to find a buffer its owner may
+    /// already have dropped.
+    pub fn downgrade(&self) -> WeakSymBuffer<T> {
+        WeakSymBuffer { alloc: Arc::downgrade(&self.alloc), len: self.len, _elem: PhantomData }
+    }
+
     /// Whether `addr` lies in rank `rank`'s part of this buffer's memory (a framework's tensor that may be
     /// one of this buffer's aliases).
     pub fn contains(&self, rank: usize, addr: u64) -> bool {
@@ -303,6 +309,29 @@ impl<T: DeviceCopy> SymBuffer<T> {
     /// Checks the buffer may be used by a launch on `rank`: same team, same device, same world.
     pub fn check_for(&self, rank: &RankRef<'_>) -> Result<(), Error> {
         check_owner(&self.alloc.team, rank)
+    }
+}
+
+/// A [`SymBuffer`] that does not keep its memory alive ([`SymBuffer::downgrade`]).
+pub struct WeakSymBuffer<T: DeviceCopy> {
+    alloc: std::sync::Weak<Allocation>,
+    len: usize,
+    _elem: PhantomData<T>,
+}
+
+impl<T: DeviceCopy> WeakSymBuffer<T> {
+    /// The buffer, if its memory is still alive.
+    pub fn upgrade(&self) -> Option<SymBuffer<T>> {
+        Some(SymBuffer { alloc: self.alloc.upgrade()?, len: self.len, _elem: PhantomData })
+    }
+}
+
+impl<T: DeviceCopy> fmt::Debug for WeakSymBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakSymBuffer")
+            .field("len", &self.len)
+            .field("alive", &(self.alloc.strong_count() > 0))
+            .finish()
     }
 }
 

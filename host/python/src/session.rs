@@ -1,0 +1,612 @@
+//! [`Session`]: a team, its communicator and the symmetric memory the Python layer hands out, and the
+//! collectives on tensors the caller owns.
+//!
+//! A tensor argument reaches a kernel in one of two ways. A whole tensor of `ferrocomm.empty` (symmetric
+//! memory, found in the session's registry by its address on every local rank) is used in place. Any other
+//! tensor is copied into a symmetric staging buffer before the kernel and out of it after, in the order of
+//! the caller's stream (see `ferrocomm::memory::CallerMemory`), so the call is captured whole by
+//! `torch.cuda.graph` and never waits on the host.
+
+use std::mem::{ManuallyDrop, size_of};
+use std::sync::{Mutex, PoisonError};
+
+use ferrocomm::{Backend, CallerMemory, DeviceCopy, Error, ExternalStream, SymBuffer, Team, WeakSymBuffer};
+use ferrocomm_bootstrap::JobEnv;
+use ferrocomm_device::{bf16, f16};
+use ferrocomm_kernels::{CommError, Communicator, Op, Reducible};
+use pyo3::prelude::*;
+
+use crate::dlpack::{DlpackExport, Dtype, dl_device};
+use crate::errors;
+
+/// Default bytes of each staging buffer: enough for the messages of a decode step on GPUs, small on the
+/// emulator, whose ranks' memory is this process's.
+const GPU_STAGING_BYTES: usize = 64 << 20;
+const EMULATOR_STAGING_BYTES: usize = 4 << 20;
+
+/// A tensor argument as Python passes it, `(addresses, numel)`: its address on each local rank (in
+/// `Team::local_ranks` order) and its number of elements.
+#[derive(Debug, Clone)]
+pub struct Arg {
+    pub addrs: Vec<u64>,
+    pub numel: usize,
+}
+
+impl<'py> FromPyObject<'_, 'py> for Arg {
+    type Error = PyErr;
+
+    fn extract(object: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        let (addrs, numel) = object.extract::<(Vec<u64>, usize)>()?;
+        Ok(Arg { addrs, numel })
+    }
+}
+
+/// Where an argument lives, as the kernels need to know.
+enum Place {
+    /// Symmetric memory of this session, used in place.
+    Symmetric(SymBuffer<u8>),
+    /// The caller's memory, one part per local rank: copied through a staging buffer.
+    Caller(Vec<CallerMemory>),
+}
+
+/// The team, its communicator and what the Python layer allocated with it. Field order is drop order:
+/// the communicator borrows the team.
+struct Inner {
+    comm: ManuallyDrop<Communicator<'static>>,
+    /// Two staging buffers: an argument copied in, and a result copied out.
+    staging: [SymBuffer<u8>; 2],
+    /// All-to-all's per-destination row counts (one row each) and the received counts.
+    send_counts: SymBuffer<u32>,
+    recv_counts: SymBuffer<u32>,
+    /// Symmetric memory handed to Python, found again by address; dead entries are pruned when searched.
+    registry: Vec<WeakSymBuffer<u8>>,
+    team: ManuallyDrop<Box<Team>>,
+}
+
+// SAFETY: `comm` borrows `team`, which is boxed (its address never moves) and dropped after it.
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // SAFETY: dropped once, communicator first; nothing else refers to the team afterwards.
+        unsafe {
+            ManuallyDrop::drop(&mut self.comm);
+            ManuallyDrop::drop(&mut self.team);
+        }
+    }
+}
+
+/// One process's ferrocomm: a team (every GPU of the process, one rank of a job, or the emulator).
+#[pyclass(frozen, module = "ferrocomm._C")]
+pub struct Session {
+    inner: Mutex<Option<Inner>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("Session").field("team", &inner.as_ref().map(|i| i.team().id())).finish()
+    }
+}
+
+/// How to wait after an operation: in the caller's stream order (torch), or for the result (numpy on the
+/// emulator, which has no streams).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    InStream,
+    Wait,
+}
+
+impl Session {
+    fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner) -> PyResult<R>) -> PyResult<R> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match guard.as_mut() {
+            Some(inner) => f(inner),
+            None => Err(errors::raise(
+                py,
+                "ConfigError",
+                "the session was closed; call ferrocomm.init() again".into(),
+                None,
+                None,
+            )),
+        }
+    }
+
+    /// Runs one operation: reports the device errors of earlier ones, binds the caller's streams, runs
+    /// `op`, and waits for it when there are no streams to order it.
+    fn operate(
+        &self,
+        py: Python<'_>,
+        streams: Option<Vec<usize>>,
+        op: impl FnOnce(&mut Inner) -> Result<(), CommError>,
+    ) -> PyResult<()> {
+        self.with(py, |inner| {
+            let team: &'static Team = inner.team();
+            team.check_errors().map_err(|e| errors::runtime(py, e))?;
+            let completion = match &streams {
+                Some(_) => Completion::InStream,
+                None => Completion::Wait,
+            };
+            let binding = match streams {
+                // SAFETY: torch's (or the caller's) streams, alive while torch runs work on them.
+                Some(streams) => Some(
+                    team.bind_streams(
+                        streams.into_iter().map(|s| unsafe { ExternalStream::from_raw(s as _) }).collect(),
+                    )
+                    .map_err(|e| errors::runtime(py, e))?,
+                ),
+                None => None,
+            };
+            op(inner).map_err(|e| errors::comm(py, e))?;
+            drop(binding);
+            if completion == Completion::Wait {
+                py.detach(|| team.synchronize()).map_err(|e| errors::runtime(py, e))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Inner {
+    /// The team, for as long as the session lives.
+    fn team(&self) -> &'static Team {
+        // SAFETY: boxed, so its address is stable, and dropped only with `Inner`, after every use made
+        // through a session method (which holds the session's lock).
+        unsafe { &*(&**self.team as *const Team) }
+    }
+
+    /// Where an argument lives: a registered symmetric allocation whose part on every local rank starts
+    /// at the argument's address and holds it, or the caller's memory.
+    fn place(&mut self, arg: &Arg, dtype: Dtype, argument: &'static str) -> Result<Place, CommError> {
+        let team = self.team();
+        let local = team.local_ranks();
+        if arg.addrs.len() != local.len() {
+            return Err(Error::TeamConfig {
+                reason: format!(
+                    "argument `{argument}` has {} tensor(s) for {} local rank(s); pass one per rank of this process",
+                    arg.addrs.len(),
+                    local.len()
+                ),
+            }
+            .into());
+        }
+        let bytes = arg.numel * dtype.bytes();
+        self.registry.retain(|w| w.upgrade().is_some());
+        for weak in &self.registry {
+            let Some(buf) = weak.upgrade() else { continue };
+            let whole = local.iter().zip(&arg.addrs).all(|(&r, &a)| buf.address(r).is_ok_and(|base| base == a));
+            if whole && bytes <= buf.len() {
+                return Ok(Place::Symmetric(buf));
+            }
+        }
+        let parts = local
+            .iter()
+            .zip(&arg.addrs)
+            // SAFETY: the Python layer passes the storage of a live tensor it holds for the call; work queued
+            // on it runs in the caller's stream order, where torch keeps the storage alive.
+            .map(|(&rank, &addr)| unsafe { team.caller_memory(rank, addr, bytes) })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Place::Caller(parts))
+    }
+
+    /// A symmetric buffer holding `bytes` of an argument while a kernel runs: the argument itself when it is
+    /// symmetric, else staging buffer `which`, filled from the argument first when `fill` says so.
+    fn hold(&mut self, place: &Place, bytes: usize, which: usize, fill: bool) -> Result<SymBuffer<u8>, CommError> {
+        match place {
+            // SAFETY: a view of the caller's symmetric tensor, used by this call's kernel only.
+            Place::Symmetric(buf) => Ok(unsafe { buf.alias::<u8>(bytes) }?),
+            Place::Caller(parts) => {
+                let capacity = self.staging[which].len();
+                if bytes > capacity {
+                    return Err(CommError::TooLarge {
+                        what: "a tensor that is not symmetric memory (copied through the staging buffer)",
+                        bytes,
+                        max: capacity,
+                        fix: "allocate it with ferrocomm.empty (used in place), or init(staging_bytes=...) larger",
+                    });
+                }
+                // SAFETY: the staging buffers are used by one call at a time (the session's lock), in stream order.
+                let mut stage = unsafe { self.staging[which].alias::<u8>(bytes) }?;
+                if fill {
+                    for part in parts {
+                        stage.copy_from_caller(part)?.leave_in_stream();
+                    }
+                }
+                Ok(stage)
+            }
+        }
+    }
+
+    /// Copies `held` back to the caller's memory of `place` (nothing when it is the symmetric argument).
+    fn give_back(&self, held: &SymBuffer<u8>, place: &Place) -> Result<(), CommError> {
+        if let Place::Caller(parts) = place {
+            for part in parts {
+                held.copy_to_caller(part)?.leave_in_stream();
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `src`'s tensor into `dst`, a buffer that holds another argument, unless they are the same memory.
+    fn copy_between(&self, src: &Place, dst: &mut SymBuffer<u8>, bytes: usize) -> Result<(), CommError> {
+        let team = self.team();
+        for (slot, rank) in team.local_ranks().into_iter().enumerate() {
+            let from = match src {
+                Place::Symmetric(buf) => buf.address(rank)?,
+                Place::Caller(parts) => parts[slot].address(),
+            };
+            if from == dst.address(rank)? {
+                continue;
+            }
+            // SAFETY: `from` is a live tensor of this call (symmetric or the caller's).
+            let part = unsafe { team.caller_memory(rank, from, bytes) }?;
+            dst.copy_from_caller(&part)?.leave_in_stream();
+        }
+        Ok(())
+    }
+
+    fn all_reduce<T: Reducible>(
+        &mut self,
+        input: &Place,
+        output: &Place,
+        numel: usize,
+        op: Op,
+    ) -> Result<(), CommError> {
+        let bytes = numel * size_of::<T>();
+        let mut work = self.hold(output, bytes, 0, false)?;
+        self.copy_between(input, &mut work, bytes)?;
+        // SAFETY: `work` holds `numel` elements of `T`; the only other alias is idle until this call's copies.
+        let mut typed = unsafe { work.alias::<T>(numel) }?;
+        self.comm.all_reduce(&mut typed, op)?.leave_in_stream();
+        self.give_back(&work, output)
+    }
+
+    fn all_gather<T: DeviceCopy>(&mut self, input: &Place, output: &Place, numel: usize) -> Result<(), CommError> {
+        let world = self.team().world();
+        let src = self.hold(input, numel * size_of::<T>(), 0, true)?;
+        let dst = self.hold(output, world * numel * size_of::<T>(), 1, false)?;
+        // SAFETY: typed views of this call's two held buffers, used by its kernel only.
+        let (src_t, mut dst_t) = unsafe { (src.alias::<T>(numel)?, dst.alias::<T>(world * numel)?) };
+        self.comm.all_gather(&src_t, &mut dst_t)?.leave_in_stream();
+        self.give_back(&dst, output)
+    }
+
+    fn reduce_scatter<T: Reducible>(
+        &mut self,
+        input: &Place,
+        output: &Place,
+        numel: usize,
+        op: Op,
+    ) -> Result<(), CommError> {
+        let world = self.team().world();
+        let src = self.hold(input, world * numel * size_of::<T>(), 0, true)?;
+        let dst = self.hold(output, numel * size_of::<T>(), 1, false)?;
+        // SAFETY: as in `all_gather`.
+        let (src_t, mut dst_t) = unsafe { (src.alias::<T>(world * numel)?, dst.alias::<T>(numel)?) };
+        self.comm.reduce_scatter(&src_t, &mut dst_t, op)?.leave_in_stream();
+        self.give_back(&dst, output)
+    }
+
+    fn all_to_all<T: DeviceCopy>(&mut self, input: &Place, output: &Place, numel: usize) -> Result<(), CommError> {
+        let world = self.team().world();
+        let row = numel / world;
+        let src = self.hold(input, numel * size_of::<T>(), 0, true)?;
+        let dst = self.hold(output, numel * size_of::<T>(), 1, false)?;
+        // SAFETY: as in `all_gather`.
+        let (src_t, mut dst_t) = unsafe { (src.alias::<T>(numel)?, dst.alias::<T>(numel)?) };
+        // One row of `numel / world` elements to each destination, received into slot `source`.
+        self.comm.all_to_all(&src_t, &self.send_counts, &mut dst_t, &mut self.recv_counts, row, 1)?.leave_in_stream();
+        self.give_back(&dst, output)
+    }
+
+    fn broadcast<T: DeviceCopy>(&mut self, tensor: &Place, numel: usize, root: usize) -> Result<(), CommError> {
+        let work = self.hold(tensor, numel * size_of::<T>(), 0, true)?;
+        // SAFETY: a typed view of this call's held buffer.
+        let mut typed = unsafe { work.alias::<T>(numel) }?;
+        self.comm.broadcast(&mut typed, root)?.leave_in_stream();
+        self.give_back(&work, tensor)
+    }
+}
+
+/// Dispatches `$f::<T>` on a dtype: every collective exists for f32, f16 and bf16.
+macro_rules! typed {
+    ($dtype:expr, $inner:ident . $f:ident ( $($arg:expr),* )) => {
+        match $dtype {
+            Dtype::F32 => $inner.$f::<f32>($($arg),*),
+            Dtype::F16 => $inner.$f::<f16>($($arg),*),
+            Dtype::Bf16 => $inner.$f::<bf16>($($arg),*),
+        }
+    };
+}
+
+fn parse_op(py: Python<'_>, op: &str) -> PyResult<Op> {
+    match op {
+        "sum" => Ok(Op::Sum),
+        "max" => Ok(Op::Max),
+        "min" => Ok(Op::Min),
+        other => Err(errors::input(
+            py,
+            "RequirementError",
+            "op",
+            format!("{other:?} is not one of \"sum\", \"max\", \"min\""),
+        )),
+    }
+}
+
+fn parse_dtype(py: Python<'_>, dtype: &str) -> PyResult<Dtype> {
+    Dtype::parse(dtype).ok_or_else(|| {
+        errors::input(py, "RequirementError", "dtype", format!("{dtype} is not one of float32, float16, bfloat16"))
+    })
+}
+
+#[pymethods]
+impl Session {
+    /// A session: the team a launcher's variables (`env`, when given: torch.distributed's rank and world
+    /// among them) or this process's GPUs describe, or an emulated team of `world` ranks.
+    #[new]
+    #[pyo3(signature = (*, env=None, backend=None, world=None, staging_bytes=None))]
+    fn new(
+        py: Python<'_>,
+        env: Option<std::collections::HashMap<String, String>>,
+        backend: Option<&str>,
+        world: Option<usize>,
+        staging_bytes: Option<usize>,
+    ) -> PyResult<Session> {
+        let mut builder = Team::builder();
+        match backend {
+            Some("cuda") => builder = builder.backend(Backend::Cuda),
+            Some("emulator") => builder = builder.backend(Backend::Emulator),
+            Some(other) => {
+                return Err(errors::input(
+                    py,
+                    "ConfigError",
+                    "backend",
+                    format!("{other:?} is not \"cuda\" or \"emulator\""),
+                ));
+            }
+            None => {}
+        }
+        if let Some(world) = world {
+            builder = builder.world(world);
+        }
+        match &env {
+            Some(vars) => match JobEnv::from_lookup(|k| vars.get(k).cloned()) {
+                Ok(Some(job)) => builder = builder.job(job),
+                Ok(None) => builder = builder.single_process(),
+                Err(e) => return Err(errors::runtime(py, e.into())),
+            },
+            None => {}
+        }
+        let team = Box::new(py.detach(|| builder.build()).map_err(|e| errors::runtime(py, e))?);
+        // SAFETY: see `Inner::team`: the box outlives the communicator, which `Inner` drops first.
+        let team_ref: &'static Team = unsafe { &*(&*team as *const Team) };
+        let staging_bytes = staging_bytes.unwrap_or(match team.backend() {
+            Backend::Cuda => GPU_STAGING_BYTES,
+            Backend::Emulator => EMULATOR_STAGING_BYTES,
+        });
+        let made = (|| -> Result<Inner, CommError> {
+            let comm = Communicator::new(team_ref)?;
+            let staging = [SymBuffer::new(team_ref, staging_bytes)?, SymBuffer::new(team_ref, staging_bytes)?];
+            let mut send_counts = SymBuffer::new(team_ref, team_ref.world())?;
+            send_counts.fill(1)?;
+            let recv_counts = SymBuffer::new(team_ref, team_ref.world())?;
+            Ok(Inner {
+                comm: ManuallyDrop::new(comm),
+                staging,
+                send_counts,
+                recv_counts,
+                registry: Vec::new(),
+                team: ManuallyDrop::new(team),
+            })
+        })();
+        let inner = made.map_err(|e| errors::comm(py, e))?;
+        Ok(Session { inner: Mutex::new(Some(inner)) })
+    }
+
+    /// Ranks in the team.
+    #[getter]
+    fn world(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |i| Ok(i.team().world()))
+    }
+
+    /// The ranks this process runs.
+    #[getter]
+    fn local_ranks(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        self.with(py, |i| Ok(i.team().local_ranks()))
+    }
+
+    /// `"cuda"` or `"emulator"`.
+    #[getter]
+    fn backend(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |i| Ok(i.team().backend().name()))
+    }
+
+    /// Whether the team's ranks live in several processes.
+    #[getter]
+    fn spans_processes(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |i| Ok(i.team().spans_processes()))
+    }
+
+    /// Each local rank's device as DLPack names it: `(2, ordinal)` for a CUDA GPU, `(1, 0)` for the CPU.
+    #[getter]
+    fn devices(&self, py: Python<'_>) -> PyResult<Vec<(u32, i32)>> {
+        self.with(py, |i| {
+            let team = i.team();
+            team.local_ranks()
+                .into_iter()
+                .map(|r| {
+                    team.device(r).map(|d| {
+                        let dl = dl_device(d);
+                        (dl.device_type.0, dl.device_id)
+                    })
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| errors::runtime(py, e))
+        })
+    }
+
+    /// Bytes of each staging buffer: the largest tensor that is not symmetric memory a call takes.
+    #[getter]
+    fn staging_bytes(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |i| Ok(i.staging[0].len()))
+    }
+
+    /// A zeroed symmetric allocation of `nbytes` per rank (collective: every rank allocates the same sizes
+    /// in the same order), exported per local rank as tensors of `shape` and `dtype`.
+    fn alloc(&self, py: Python<'_>, nbytes: usize, shape: Vec<i64>, dtype: &str) -> PyResult<Vec<DlpackExport>> {
+        let dtype = parse_dtype(py, dtype)?;
+        self.with(py, |inner| {
+            let team = inner.team();
+            let buf = py.detach(|| SymBuffer::<u8>::new(team, nbytes)).map_err(|e| errors::runtime(py, e))?;
+            inner.registry.push(buf.downgrade());
+            team.local_ranks().into_iter().map(|rank| DlpackExport::new(py, &buf, rank, shape.clone(), dtype)).collect()
+        })
+    }
+
+    /// All-reduce with `op`: `output` (one tensor per local rank) receives the reduction of every rank's
+    /// `input`; in place when they are the same tensor.
+    #[pyo3(signature = (input, output, dtype, op, streams=None))]
+    fn all_reduce(
+        &self,
+        py: Python<'_>,
+        input: Arg,
+        output: Arg,
+        dtype: &str,
+        op: &str,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
+        check_numel(py, "output", output.numel, input.numel)?;
+        self.operate(py, streams, move |inner| {
+            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            typed!(dtype, inner.all_reduce(&i, &o, input.numel, op))
+        })
+    }
+
+    /// All-gather: rank `r`'s `input` (n elements) lands at `r * n` in every rank's `output` (world × n).
+    #[pyo3(signature = (input, output, dtype, streams=None))]
+    fn all_gather(
+        &self,
+        py: Python<'_>,
+        input: Arg,
+        output: Arg,
+        dtype: &str,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let dtype = parse_dtype(py, dtype)?;
+        let world = self.world(py)?;
+        check_numel(py, "output", output.numel, world * input.numel)?;
+        self.operate(py, streams, move |inner| {
+            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            typed!(dtype, inner.all_gather(&i, &o, input.numel))
+        })
+    }
+
+    /// Reduce-scatter with `op`: rank `r`'s `output` (n elements) receives chunk `r` of the reduction of every
+    /// rank's `input` (world × n).
+    #[pyo3(signature = (input, output, dtype, op, streams=None))]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        input: Arg,
+        output: Arg,
+        dtype: &str,
+        op: &str,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
+        let world = self.world(py)?;
+        check_numel(py, "input", input.numel, world * output.numel)?;
+        self.operate(py, streams, move |inner| {
+            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            typed!(dtype, inner.reduce_scatter(&i, &o, output.numel, op))
+        })
+    }
+
+    /// All-to-all with equal splits: chunk `q` of rank `r`'s `input` (world × n) lands in chunk `r` of rank
+    /// `q`'s `output`.
+    #[pyo3(signature = (input, output, dtype, streams=None))]
+    fn all_to_all(
+        &self,
+        py: Python<'_>,
+        input: Arg,
+        output: Arg,
+        dtype: &str,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let dtype = parse_dtype(py, dtype)?;
+        let world = self.world(py)?;
+        check_numel(py, "output", output.numel, input.numel)?;
+        if input.numel % world != 0 {
+            return Err(errors::input(
+                py,
+                "RequirementError",
+                "input",
+                format!("{} elements do not split into {world} equal chunks", input.numel),
+            ));
+        }
+        self.operate(py, streams, move |inner| {
+            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            typed!(dtype, inner.all_to_all(&i, &o, input.numel))
+        })
+    }
+
+    /// Broadcast: `root`'s `tensor` lands in every rank's.
+    #[pyo3(signature = (tensor, dtype, root, streams=None))]
+    fn broadcast(
+        &self,
+        py: Python<'_>,
+        tensor: Arg,
+        dtype: &str,
+        root: usize,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let dtype = parse_dtype(py, dtype)?;
+        self.operate(py, streams, move |inner| {
+            let t = inner.place(&tensor, dtype, "tensor")?;
+            typed!(dtype, inner.broadcast(&t, tensor.numel, root))
+        })
+    }
+
+    /// A barrier across every rank, in the streams' order.
+    #[pyo3(signature = (streams=None))]
+    fn barrier(&self, py: Python<'_>, streams: Option<Vec<usize>>) -> PyResult<()> {
+        self.operate(py, streams, |inner| inner.comm.barrier().map(|g| g.leave_in_stream()))
+    }
+
+    /// Waits for every launch of the team (on its streams and the caller's) and reports their device errors.
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |inner| {
+            let team = inner.team();
+            py.detach(|| team.synchronize()).map_err(|e| errors::runtime(py, e))
+        })
+    }
+
+    /// Reports the device errors of finished launches without waiting when there are none.
+    fn check_errors(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |inner| inner.team().check_errors().map_err(|e| errors::runtime(py, e)))
+    }
+
+    /// Ends the session: waits for its work and frees the team (tensors still alive keep their memory).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(inner) = inner {
+            let team = inner.team();
+            let waited = py.detach(|| team.synchronize());
+            py.detach(|| drop(inner));
+            waited.map_err(|e| errors::runtime(py, e))?;
+        }
+        Ok(())
+    }
+}
+
+fn check_numel(py: Python<'_>, argument: &str, found: usize, expected: usize) -> PyResult<()> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(errors::input(
+            py,
+            "RequirementError",
+            argument,
+            format!("has {found} elements; this call needs {expected}"),
+        ))
+    }
+}
