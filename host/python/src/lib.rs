@@ -7,10 +7,14 @@
 //! | `session` | [`session::Session`]: the team, its communicator, symmetric memory and the collectives |
 //! | `dlpack` | symmetric memory exported through DLPack (dlpark); any DLPack producer described |
 //! | `errors` | every typed Rust error as a Python exception of its own class |
+//! | [`extension`] | the Rust API of an extension module of one's own kernels (`examples/python_kernels`) |
 
 mod dlpack;
 mod errors;
+pub mod extension;
 mod session;
+
+pub use extension::{Arg, Operands, Session, add_classes};
 
 use pyo3::prelude::*;
 
@@ -25,9 +29,6 @@ fn describe(py: Python<'_>, object: &Bound<'_, PyAny>, argument: &str) -> PyResu
 
 #[pymodule]
 #[pyo3(name = "_C")]
-fn extension(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<session::Session>()?;
-    m.add_class::<dlpack::DlpackExport>()?;
-    m.add_function(wrap_pyfunction!(describe, m)?)?;
-    Ok(())
+fn ferrocomm_extension(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    add_classes(m)
 }

@@ -42,7 +42,7 @@ impl<'py> FromPyObject<'_, 'py> for Arg {
 }
 
 /// Where an argument lives, as the kernels need to know.
-enum Place {
+pub(crate) enum Place {
     /// Symmetric memory of this session, used in place.
     Symmetric(SymBuffer<u8>),
     /// The caller's memory, one part per local rank: copied through a staging buffer.
@@ -51,7 +51,7 @@ enum Place {
 
 /// The team, its communicator and what the Python layer allocated with it. Field order is drop order:
 /// the communicator borrows the team.
-struct Inner {
+pub(crate) struct Inner {
     comm: ManuallyDrop<Communicator<'static>>,
     /// Two staging buffers: an argument copied in, and a result copied out.
     staging: [SymBuffer<u8>; 2],
@@ -96,7 +96,7 @@ enum Completion {
 }
 
 impl Session {
-    fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner) -> PyResult<R>) -> PyResult<R> {
+    pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner) -> PyResult<R>) -> PyResult<R> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         match guard.as_mut() {
             Some(inner) => f(inner),
@@ -112,7 +112,7 @@ impl Session {
 
     /// Runs one operation: reports the device errors of earlier ones, binds the caller's streams, runs
     /// `op`, and waits for it when there are no streams to order it.
-    fn operate(
+    pub(crate) fn operate(
         &self,
         py: Python<'_>,
         streams: Option<Vec<usize>>,
@@ -147,7 +147,7 @@ impl Session {
 
 impl Inner {
     /// The team, for as long as the session lives.
-    fn team(&self) -> &'static Team {
+    pub(crate) fn team(&self) -> &'static Team {
         // SAFETY: boxed, so its address is stable, and dropped only with `Inner`, after every use made
         // through a session method (which holds the session's lock).
         unsafe { &*(&**self.team as *const Team) }
@@ -155,7 +155,7 @@ impl Inner {
 
     /// Where an argument lives: a registered symmetric allocation whose part on every local rank starts
     /// at the argument's address and holds it, or the caller's memory.
-    fn place(&mut self, arg: &Arg, dtype: Dtype, argument: &'static str) -> Result<Place, CommError> {
+    pub(crate) fn place(&mut self, arg: &Arg, elem_bytes: usize, argument: &str) -> Result<Place, CommError> {
         let team = self.team();
         let local = team.local_ranks();
         if arg.addrs.len() != local.len() {
@@ -168,7 +168,7 @@ impl Inner {
             }
             .into());
         }
-        let bytes = arg.numel * dtype.bytes();
+        let bytes = arg.numel * elem_bytes;
         self.registry.retain(|w| w.upgrade().is_some());
         for weak in &self.registry {
             let Some(buf) = weak.upgrade() else { continue };
@@ -189,7 +189,7 @@ impl Inner {
 
     /// A symmetric buffer holding `bytes` of an argument while a kernel runs: the argument itself when it is
     /// symmetric, else staging buffer `which`, filled from the argument first when `fill` says so.
-    fn hold(&mut self, place: &Place, bytes: usize, which: usize, fill: bool) -> Result<SymBuffer<u8>, CommError> {
+    pub(crate) fn hold(&mut self, place: &Place, bytes: usize, which: usize, fill: bool) -> Result<SymBuffer<u8>, CommError> {
         match place {
             // SAFETY: a view of the caller's symmetric tensor, used by this call's kernel only.
             Place::Symmetric(buf) => Ok(unsafe { buf.alias::<u8>(bytes) }?),
@@ -216,7 +216,7 @@ impl Inner {
     }
 
     /// Copies `held` back to the caller's memory of `place` (nothing when it is the symmetric argument).
-    fn give_back(&self, held: &SymBuffer<u8>, place: &Place) -> Result<(), CommError> {
+    pub(crate) fn give_back(&self, held: &SymBuffer<u8>, place: &Place) -> Result<(), CommError> {
         if let Place::Caller(parts) = place {
             for part in parts {
                 held.copy_to_caller(part)?.leave_in_stream();
@@ -476,7 +476,7 @@ impl Session {
         let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
         check_numel(py, "output", output.numel, input.numel)?;
         self.operate(py, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_reduce(&i, &o, input.numel, op))
         })
     }
@@ -495,7 +495,7 @@ impl Session {
         let world = self.world(py)?;
         check_numel(py, "output", output.numel, world * input.numel)?;
         self.operate(py, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_gather(&i, &o, input.numel))
         })
     }
@@ -516,7 +516,7 @@ impl Session {
         let world = self.world(py)?;
         check_numel(py, "input", input.numel, world * output.numel)?;
         self.operate(py, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.reduce_scatter(&i, &o, output.numel, op))
         })
     }
@@ -544,7 +544,7 @@ impl Session {
             ));
         }
         self.operate(py, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype, "input")?, inner.place(&output, dtype, "output")?);
+            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_to_all(&i, &o, input.numel))
         })
     }
@@ -561,7 +561,7 @@ impl Session {
     ) -> PyResult<()> {
         let dtype = parse_dtype(py, dtype)?;
         self.operate(py, streams, move |inner| {
-            let t = inner.place(&tensor, dtype, "tensor")?;
+            let t = inner.place(&tensor, dtype.bytes(), "tensor")?;
             typed!(dtype, inner.broadcast(&t, tensor.numel, root))
         })
     }

@@ -140,9 +140,11 @@ class Session:
             )
         return [x]
 
-    def _arg(self, x: Any, argument: str, dtype: str | None = None):
-        """``((addresses, numel), dtype, streams)`` of a tensor argument (one tensor per local rank), after
-        checking what the extension cannot: contiguity, dtype, device, equal sizes."""
+    def tensor_arg(self, x: Any, argument: str, dtype: str | None = None):
+        """``((addresses, numel), dtype, streams)`` of a tensor argument (one tensor per local rank, a torch
+        tensor, a numpy array or any DLPack producer), after checking what the extension cannot:
+        contiguity, dtype (``dtype``: the one the call's other tensors have), device, equal sizes. What an
+        extension of one's own kernels passes to its functions (``examples/python_kernels``)."""
         parts = self._per_rank(x, argument)
         addrs, numels, dtypes, streams = [], [], [], []
         for slot, t in enumerate(parts):
@@ -194,35 +196,35 @@ class Session:
 
     def all_reduce(self, tensor, op: str = "sum", *, out=None):
         """All-reduce with ``op`` (``"sum"``, ``"max"``, ``"min"``): in place, or into ``out``. Returns the result."""
-        arg, dtype, streams = self._arg(tensor, "tensor")
-        result = arg if out is None else self._arg(out, "out", dtype)[0]
+        arg, dtype, streams = self.tensor_arg(tensor, "tensor")
+        result = arg if out is None else self.tensor_arg(out, "out", dtype)[0]
         self._inner.all_reduce(arg, result, dtype, op, streams)
         return tensor if out is None else out
 
     def all_gather_into_tensor(self, output, input):
         """Every rank's ``input`` (n elements) lands at ``rank * n`` of every rank's ``output`` (world × n)."""
-        src, dtype, streams = self._arg(input, "input")
-        dst = self._arg(output, "output", dtype)[0]
+        src, dtype, streams = self.tensor_arg(input, "input")
+        dst = self.tensor_arg(output, "output", dtype)[0]
         self._inner.all_gather(src, dst, dtype, streams)
         return output
 
     def reduce_scatter_tensor(self, output, input, op: str = "sum"):
         """Rank r's ``output`` (n elements) receives chunk r of the reduction of every rank's ``input`` (world × n)."""
-        src, dtype, streams = self._arg(input, "input")
-        dst = self._arg(output, "output", dtype)[0]
+        src, dtype, streams = self.tensor_arg(input, "input")
+        dst = self.tensor_arg(output, "output", dtype)[0]
         self._inner.reduce_scatter(src, dst, dtype, op, streams)
         return output
 
     def all_to_all_single(self, output, input):
         """Chunk q of rank r's ``input`` (world equal chunks) lands in chunk r of rank q's ``output``."""
-        src, dtype, streams = self._arg(input, "input")
-        dst = self._arg(output, "output", dtype)[0]
+        src, dtype, streams = self.tensor_arg(input, "input")
+        dst = self.tensor_arg(output, "output", dtype)[0]
         self._inner.all_to_all(src, dst, dtype, streams)
         return output
 
     def broadcast(self, tensor, src: int = 0):
         """Rank ``src``'s ``tensor`` lands in every rank's."""
-        arg, dtype, streams = self._arg(tensor, "tensor")
+        arg, dtype, streams = self.tensor_arg(tensor, "tensor")
         self._inner.broadcast(arg, dtype, src, streams)
         return tensor
 
@@ -268,7 +270,13 @@ def _job_env() -> dict[str, str] | None:
     return env if launched else None
 
 
-def init(*, backend: str | None = None, world: int | None = None, staging_bytes: int | None = None) -> Session:
+def init(
+    *,
+    backend: str | None = None,
+    world: int | None = None,
+    staging_bytes: int | None = None,
+    extension: Any = None,
+) -> Session:
     """Forms this process's team and makes it the default session.
 
     Under a launcher (torchrun, mpirun, srun, ``ferrocomm launch``) or after ``torch.distributed`` made its
@@ -279,7 +287,10 @@ def init(*, backend: str | None = None, world: int | None = None, staging_bytes:
     (``backend="emulator"``, or when there is no GPU).
 
     ``staging_bytes``: the largest tensor that is not symmetric memory a call takes (default 64 MiB on GPUs,
-    4 MiB on the emulator)."""
+    4 MiB on the emulator).
+
+    ``extension``: an extension module of one's own kernels built with ferrocomm's session classes
+    (``examples/python_kernels``); its session runs the collectives and its kernels on one team."""
     global _session
     env = _job_env()
     if env is not None and "FERROCOMM_RANKS_PER_GPU" not in os.environ:
@@ -289,7 +300,8 @@ def init(*, backend: str | None = None, world: int | None = None, staging_bytes:
             os.environ["FERROCOMM_RANKS_PER_GPU"] = str(-(-local_world // gpus))
     if _session is not None:
         _session.close()
-    _session = Session(_C.Session(env=env, backend=backend, world=world, staging_bytes=staging_bytes))
+    module = _C if extension is None else extension
+    _session = Session(module.Session(env=env, backend=backend, world=world, staging_bytes=staging_bytes))
     return _session
 
 
