@@ -87,10 +87,11 @@ impl Operands<'_> {
     }
 
     /// A tensor a kernel writes on its own rank only (a `&mut [T]` argument): used in place when it is
-    /// symmetric memory, else a staging buffer copied back into it after the launches.
+    /// symmetric memory, else a staging buffer filled from it (a `&mut [T]` may be read, or written in part)
+    /// and copied back into it after the launches.
     pub fn output<T: DeviceCopy>(&mut self, arg: &Arg, argument: &str) -> Result<SymBuffer<T>, CommError> {
         let place = self.inner.place(arg, size_of::<T>(), argument)?;
-        let held = self.hold(&place, arg.numel * size_of::<T>(), false)?;
+        let held = self.hold(&place, arg.numel * size_of::<T>(), true)?;
         // SAFETY: as in `input`.
         let typed = unsafe { held.alias::<T>(arg.numel) }?;
         self.outputs.push((held, place));
