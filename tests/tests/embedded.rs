@@ -255,7 +255,9 @@ fn caller_memory_on_another_device_or_the_host_is_refused() {
     let host = vec![0f32; 16];
     // SAFETY: only checked, never used: the check refuses host memory.
     match unsafe { team.caller_memory(0, host.as_ptr() as u64, 64) } {
-        Err(Error::CallerMemory { rank: 0, reason }) => assert!(reason.contains("not memory the CUDA driver knows"), "{reason}"),
+        Err(Error::CallerMemory { rank: 0, reason }) => {
+            assert!(reason.contains("not memory the CUDA driver knows"), "{reason}")
+        }
         other => panic!("expected CallerMemory, got {other:?}"),
     }
 }

@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     recv_counts: SymBuffer<u32>,
     /// Symmetric memory handed to Python, found again by address; dead entries are pruned when searched.
     registry: Vec<WeakSymBuffer<u8>>,
+    /// Whether every call first checks that the processes agree on it (`check_calls`).
+    check_calls: bool,
     team: ManuallyDrop<Box<Team>>,
 }
 
@@ -115,12 +117,18 @@ impl Session {
     pub(crate) fn operate(
         &self,
         py: Python<'_>,
+        call: &str,
         streams: Option<Vec<usize>>,
         op: impl FnOnce(&mut Inner) -> Result<(), CommError>,
     ) -> PyResult<()> {
         self.with(py, |inner| {
             let team: &'static Team = inner.team();
             team.check_errors().map_err(|e| errors::runtime(py, e))?;
+            if inner.check_calls {
+                // Ranks that called different collectives, or with different sizes, would wait on each other
+                // until the device timeout, or pair the wrong data: say so at once instead.
+                py.detach(|| team.agree("a collective call", call)).map_err(|e| errors::runtime(py, e))?;
+            }
             let completion = match &streams {
                 Some(_) => Completion::InStream,
                 None => Completion::Wait,
@@ -189,7 +197,13 @@ impl Inner {
 
     /// A symmetric buffer holding `bytes` of an argument while a kernel runs: the argument itself when it is
     /// symmetric, else staging buffer `which`, filled from the argument first when `fill` says so.
-    pub(crate) fn hold(&mut self, place: &Place, bytes: usize, which: usize, fill: bool) -> Result<SymBuffer<u8>, CommError> {
+    pub(crate) fn hold(
+        &mut self,
+        place: &Place,
+        bytes: usize,
+        which: usize,
+        fill: bool,
+    ) -> Result<SymBuffer<u8>, CommError> {
         match place {
             // SAFETY: a view of the caller's symmetric tensor, used by this call's kernel only.
             Place::Symmetric(buf) => Ok(unsafe { buf.alias::<u8>(bytes) }?),
@@ -342,13 +356,14 @@ impl Session {
     /// A session: the team a launcher's variables (`env`, when given: torch.distributed's rank and world
     /// among them) or this process's GPUs describe, or an emulated team of `world` ranks.
     #[new]
-    #[pyo3(signature = (*, env=None, backend=None, world=None, staging_bytes=None))]
+    #[pyo3(signature = (*, env=None, backend=None, world=None, staging_bytes=None, check_calls=false))]
     fn new(
         py: Python<'_>,
         env: Option<std::collections::HashMap<String, String>>,
         backend: Option<&str>,
         world: Option<usize>,
         staging_bytes: Option<usize>,
+        check_calls: bool,
     ) -> PyResult<Session> {
         let mut builder = Team::builder();
         match backend {
@@ -383,7 +398,10 @@ impl Session {
             Backend::Emulator => EMULATOR_STAGING_BYTES,
         });
         let made = (|| -> Result<Inner, CommError> {
-            let comm = Communicator::new(team_ref)?;
+            let mut comm = Communicator::new(team_ref)?;
+            // A first barrier loads the collectives' module on every rank (and, across processes, agrees on
+            // it), so that no call made later inside the caller's graph capture has to.
+            comm.barrier()?.wait()?;
             let staging = [SymBuffer::new(team_ref, staging_bytes)?, SymBuffer::new(team_ref, staging_bytes)?];
             let mut send_counts = SymBuffer::new(team_ref, team_ref.world())?;
             send_counts.fill(1)?;
@@ -394,6 +412,7 @@ impl Session {
                 send_counts,
                 recv_counts,
                 registry: Vec::new(),
+                check_calls,
                 team: ManuallyDrop::new(team),
             })
         })();
@@ -443,6 +462,12 @@ impl Session {
         })
     }
 
+    /// Whether every call first checks that the processes agree on it.
+    #[getter]
+    fn check_calls(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |i| Ok(i.check_calls))
+    }
+
     /// Bytes of each staging buffer: the largest tensor that is not symmetric memory a call takes.
     #[getter]
     fn staging_bytes(&self, py: Python<'_>) -> PyResult<usize> {
@@ -475,7 +500,8 @@ impl Session {
     ) -> PyResult<()> {
         let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
         check_numel(py, "output", output.numel, input.numel)?;
-        self.operate(py, streams, move |inner| {
+        let call = format!("all_reduce({op:?}) of {} {dtype:?}", input.numel);
+        self.operate(py, &call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_reduce(&i, &o, input.numel, op))
         })
@@ -494,7 +520,8 @@ impl Session {
         let dtype = parse_dtype(py, dtype)?;
         let world = self.world(py)?;
         check_numel(py, "output", output.numel, world * input.numel)?;
-        self.operate(py, streams, move |inner| {
+        let call = format!("all_gather of {} {dtype:?}", input.numel);
+        self.operate(py, &call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_gather(&i, &o, input.numel))
         })
@@ -515,7 +542,8 @@ impl Session {
         let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
         let world = self.world(py)?;
         check_numel(py, "input", input.numel, world * output.numel)?;
-        self.operate(py, streams, move |inner| {
+        let call = format!("reduce_scatter({op:?}) of {} {dtype:?}", input.numel);
+        self.operate(py, &call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.reduce_scatter(&i, &o, output.numel, op))
         })
@@ -543,7 +571,8 @@ impl Session {
                 format!("{} elements do not split into {world} equal chunks", input.numel),
             ));
         }
-        self.operate(py, streams, move |inner| {
+        let call = format!("all_to_all of {} {dtype:?}", input.numel);
+        self.operate(py, &call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_to_all(&i, &o, input.numel))
         })
@@ -560,7 +589,8 @@ impl Session {
         streams: Option<Vec<usize>>,
     ) -> PyResult<()> {
         let dtype = parse_dtype(py, dtype)?;
-        self.operate(py, streams, move |inner| {
+        let call = format!("broadcast(root {root}) of {} {dtype:?}", tensor.numel);
+        self.operate(py, &call, streams, move |inner| {
             let t = inner.place(&tensor, dtype.bytes(), "tensor")?;
             typed!(dtype, inner.broadcast(&t, tensor.numel, root))
         })
@@ -569,7 +599,7 @@ impl Session {
     /// A barrier across every rank, in the streams' order.
     #[pyo3(signature = (streams=None))]
     fn barrier(&self, py: Python<'_>, streams: Option<Vec<usize>>) -> PyResult<()> {
-        self.operate(py, streams, |inner| inner.comm.barrier().map(|g| g.leave_in_stream()))
+        self.operate(py, "barrier", streams, |inner| inner.comm.barrier().map(|g| g.leave_in_stream()))
     }
 
     /// Waits for every launch of the team (on its streams and the caller's) and reports their device errors.

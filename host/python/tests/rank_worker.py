@@ -18,6 +18,8 @@ def main():
     assert (s.backend, s.spans_processes, len(s.local_ranks)) == ("emulator", True, 1), s
     if os.environ.get("RANK_WORKER_FAULT") == "skip":
         return skip_a_call(s)
+    if os.environ.get("RANK_WORKER_FAULT") == "disagree":
+        return disagree_on_sizes(s)
     everyone = lambda n, dtype=np.float32: [rank_data(r, n, dtype) for r in range(world)]  # noqa: E731
 
     for n in AWKWARD:
@@ -62,6 +64,21 @@ def skip_a_call(s):
         print(f"rank 0: {type(e).__name__} (rank {e.rank}): {e}", flush=True)
     else:
         raise AssertionError("the all-reduce without rank 1 returned")
+
+
+def disagree_on_sizes(s):
+    """The ranks all-reduce different sizes: with the calls checked, every rank gets a DisagreementError
+    listing each rank's call, at once, and the session keeps working."""
+    assert s._inner.check_calls
+    try:
+        s.all_reduce(np.ones(16 + s.rank, np.float32))
+    except ferrocomm.DisagreementError as e:
+        print(f"rank {s.rank}: DisagreementError: {e}", flush=True)
+    else:
+        raise AssertionError("ranks that disagree were not told")
+    x = np.ones(8, np.float32)
+    s.all_reduce(x)
+    np.testing.assert_array_equal(x, np.full(8, s.world, np.float32))
 
 
 if __name__ == "__main__":

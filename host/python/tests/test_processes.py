@@ -48,3 +48,11 @@ def test_a_rank_that_leaves_is_a_typed_error_not_a_hang():
     assert "[rank 1] rank 1: leaving" in done.stdout, done.stdout
     line = next((l for l in done.stdout.splitlines() if l.startswith("[rank 0] rank 0: ")), "")
     assert "PeersExitedError" in line or "DeviceTimeoutError" in line, done.stdout + done.stderr
+
+
+def test_ranks_that_disagree_on_a_call_are_told_at_once():
+    done = launch("rank_worker.py", RANK_WORKER_FAULT="disagree", FERROCOMM_CHECK_CALLS="1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in range(2):
+        line = next((l for l in done.stdout.splitlines() if l.startswith(f"[rank {rank}] rank {rank}: ")), "")
+        assert "DisagreementError" in line and "of 16" in line and "of 17" in line, done.stdout

@@ -275,6 +275,7 @@ def init(
     backend: str | None = None,
     world: int | None = None,
     staging_bytes: int | None = None,
+    check_calls: bool | None = None,
     extension: Any = None,
 ) -> Session:
     """Forms this process's team and makes it the default session.
@@ -289,6 +290,11 @@ def init(
     ``staging_bytes``: the largest tensor that is not symmetric memory a call takes (default 64 MiB on GPUs,
     4 MiB on the emulator).
 
+    ``check_calls``: before every call, the processes check over the rendezvous that they make the same call
+    with the same sizes, and raise :class:`DisagreementError` on every rank when they do not (a host round
+    trip per call; default ``FERROCOMM_CHECK_CALLS=1``, else off). Without it, ranks that disagree wait on
+    each other until the device timeout (:class:`DeviceTimeoutError`).
+
     ``extension``: an extension module of one's own kernels built with ferrocomm's session classes
     (``examples/python_kernels``); its session runs the collectives and its kernels on one team."""
     global _session
@@ -301,7 +307,11 @@ def init(
     if _session is not None:
         _session.close()
     module = _C if extension is None else extension
-    _session = Session(module.Session(env=env, backend=backend, world=world, staging_bytes=staging_bytes))
+    if check_calls is None:
+        check_calls = os.environ.get("FERROCOMM_CHECK_CALLS", "") == "1"
+    _session = Session(
+        module.Session(env=env, backend=backend, world=world, staging_bytes=staging_bytes, check_calls=check_calls)
+    )
     return _session
 
 

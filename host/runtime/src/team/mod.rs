@@ -198,6 +198,17 @@ impl Team {
         self.shared.take_device_errors()
     }
 
+    /// Checks that every process of the team states the same `statement` about `what` (a call's operation,
+    /// sizes and types), over the team's rendezvous: a host round trip, no device work, so it may be made
+    /// while a graph is captured. A difference is [`Error::Disagreement`] on every rank, listing each
+    /// rank's statement. In a team of one process there is nobody to disagree with.
+    pub fn agree(&self, what: &'static str, statement: &str) -> Result<(), Error> {
+        match &self.shared.group {
+            Some(group) => group.agree(what, statement),
+            None => Ok(()),
+        }
+    }
+
     /// Waits until every rank's stream is idle (with the work it queued on the caller's streams) and reads
     /// every rank's device error buffer.
     pub fn synchronize(&self) -> Result<(), Error> {
