@@ -65,7 +65,10 @@ fn scaled_put(
     streams: Option<Vec<usize>>,
 ) -> PyResult<()> {
     let pad = &ring.get().pad;
-    session.get().operate_with(py, streams, |ops| {
+    // What the processes must agree on (`init(check_calls=True)`): ranks that put different lengths would
+    // leave part of an inbox stale; a different scale is each rank's own business.
+    let call = format!("custom_kernel.scaled_put of {} into {}", src.numel, inbox.numel);
+    session.get().operate_with(py, &call, streams, |ops| {
         // Peers store into the inbox: it must be symmetric memory. Checked before `src` is staged so that a
         // refused call queues no copy.
         let mut inbox_buf = ops.symmetric::<f32>(&inbox, "inbox")?;
@@ -87,7 +90,9 @@ fn accumulate(
     inbox: Arg,
     streams: Option<Vec<usize>>,
 ) -> PyResult<()> {
-    session.get().operate_with(py, streams, |ops| {
+    // Purely local, but checked like every call so that a rank that skipped one is caught at the next.
+    let call = format!("custom_kernel.accumulate of {} from {}", acc.numel, inbox.numel);
+    session.get().operate_with(py, &call, streams, |ops| {
         // `SymSlice` in the kernel: the launcher takes symmetric memory only, though this kernel reads its own part.
         let inbox_buf = ops.symmetric::<f32>(&inbox, "inbox")?;
         // Read and written on this rank only: staged (in and back out) when it is not symmetric.

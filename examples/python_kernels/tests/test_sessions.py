@@ -28,3 +28,19 @@ def test_a_session_without_the_extension_is_a_config_error():
             custom_kernel.scaled_put([rank_data(r, 4) for r in range(2)], ferrocomm.empty(4, "float32"))
     finally:
         ferrocomm.shutdown()
+
+
+def test_a_ring_of_another_session_is_refused():
+    """The pad is checked like any buffer: one of another team is refused, naming the kernel's parameter."""
+    old = custom_kernel.init(backend="emulator", world=2)
+    ring = custom_kernel._C.Ring(old._inner)
+    session = custom_kernel.init(backend="emulator", world=2)
+    try:
+        src = session.tensor_arg([rank_data(r, 8) for r in session.local_ranks], "src")[0]
+        inbox = ferrocomm.empty(8, "float32")
+        with pytest.raises(ferrocomm.ForeignBufferError, match="pad") as e:
+            custom_kernel._C.scaled_put(session._inner, ring, src, session.tensor_arg(inbox, "inbox")[0], 1.0, None)
+        assert e.value.argument == "pad"
+        still_works(session)
+    finally:
+        ferrocomm.shutdown()

@@ -52,7 +52,7 @@ def everyone(n, dtype, round=0):
 
 def same(got: torch.Tensor, want: torch.Tensor, what: str):
     got = got.detach().to("cpu").reshape(-1)
-    want = want.reshape(-1)
+    want = want.detach().to("cpu").reshape(-1)
     if not torch.equal(got, want):
         bad = (got != want).nonzero()
         first = bad[0].item() if len(bad) else -1
