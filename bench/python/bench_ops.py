@@ -4,8 +4,9 @@ benchmark in one session). Run under torchrun, one process per rank:
     torchrun --nproc-per-node 2 bench/python/bench_ops.py --out python.json
 
 Per size (bf16, in place on a symmetric tensor, as the Rust benchmark's all-reduce), the median over trials of:
-- ``graph``: ``iters`` calls captured in one ``torch.cuda.graph``, replayed; CUDA events around the replay,
-  divided by ``iters`` (the Rust benchmark's graph figure times the same with stamp kernels);
+- ``graph``: a ferrocomm barrier and ``iters`` calls captured in one ``torch.cuda.graph``, replayed; CUDA
+  events around the replay, less those around a replay of the barrier alone, divided by ``iters`` (the Rust
+  benchmark's graph figure times the calls after a barrier with stamp kernels);
 - ``eager``: each call followed by ``torch.cuda.synchronize()``, host wall time per call (the Rust benchmark's
   eager figure also waits for every call on the host);
 - ``eager-stream``: ``iters`` calls back to back on the stream, one synchronize at the end, per call;
@@ -46,27 +47,46 @@ def lockstep():
     dist.barrier()
 
 
-def time_graph(call, iters, trials):
+def replay_us(graph):
+    """CUDA events around one replay of ``graph``, after the ranks' hosts met, in µs."""
+    lockstep()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1000
+
+
+def capture(body):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(3):
-            call()
+        body()
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        body()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_graph(call, iters, trials):
+    """Per operation: a graph of a ferrocomm barrier and ``iters`` calls, less a graph of the barrier alone.
+    The barrier takes up the processes' skew (each replays its own graph when its host gets there), as the
+    Rust benchmark's barrier before its first stamp does; the subtraction takes out the barrier and the
+    replay's own launch."""
+
+    def ops():
+        ferrocomm.barrier()
         for _ in range(iters):
             call()
-    graph.replay()
+
+    full, base = capture(ops), capture(ferrocomm.barrier)
     out = []
     for _ in range(trials):
-        lockstep()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end) * 1000 / iters)
+        out.append((replay_us(full) - replay_us(base)) / iters)
     return out
 
 

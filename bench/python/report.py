@@ -1,6 +1,7 @@
 """Writes the Python report (README.md) from one session's two runs: the Rust benchmark's data.json (the gpu
 series of ``ferrocomm bench``, its processes under ``ferrocomm launch`` like torchrun's) and bench_ops.py's
-JSON. Usage: python3 report.py RUST_DATA_JSON PYTHON_JSON OUT_DIR"""
+JSON. Usage: python3 report.py RUST_DATA_JSON[,RUST_DATA_JSON...] PYTHON_JSON OUT_DIR (the Rust graph and eager
+figures come from two runs of the benchmark: with and without --no-graph)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def rust_points(data: dict) -> dict:
     """(bytes, graph) -> median µs of the all-reduce's gpu series."""
     out = {}
     for m in data["measurements"]:
-        if m["op"] == "all-reduce" and m["mode"] == "gpu" and m.get("isolated") is None and m["dtype"] == "bf16":
+        if m["op"] == "all-reduce" and m["mode"] == "gpu" and m["dtype"] == "bf16":
             out[(m["bytes"], m["graph"])] = m["median_us"]
     return out
 
@@ -30,8 +31,10 @@ def cell(v) -> str:
 
 
 def main():
-    rust_json, python_json, out_dir = map(pathlib.Path, sys.argv[1:4])
-    rust = json.loads(rust_json.read_text())
+    rust_jsons, python_json, out_dir = sys.argv[1].split(","), pathlib.Path(sys.argv[2]), pathlib.Path(sys.argv[3])
+    rust = {"measurements": []}
+    for path in rust_jsons:
+        rust["measurements"] += json.loads(pathlib.Path(path).read_text())["measurements"]
     py = json.loads(python_json.read_text())
     points = rust_points(rust)
     meta = py["meta"]
@@ -44,8 +47,9 @@ def main():
         "`ferrocomm bench --ops all-reduce --modes gpu` under `ferrocomm launch -n 2` (Rust), then "
         "`bench_ops.py` under `torchrun --nproc-per-node 2` (Python); `run.sh` runs both.",
         "",
-        "- **graph**: operations captured back to back in one CUDA graph and replayed (Rust: `Communicator::capture`"
-        ", timed by stamp kernels; Python: `torch.cuda.graph`, timed by CUDA events), per operation.",
+        "- **graph**: operations captured back to back in one CUDA graph after a barrier of every rank, and replayed "
+        "(Rust: `Communicator::capture`, timed by stamp kernels after the barrier; Python: `torch.cuda.graph`, CUDA "
+        "events around the replay minus those around a replay of the barrier alone), per operation.",
         "- **eager**: each operation waited for on the host before the next (Rust: the launch guard's `wait`; "
         "Python: `torch.cuda.synchronize()`), host time per operation.",
         "- **eager, stream order**: Python calls back to back on torch's stream, one synchronize at the end.",
@@ -71,7 +75,7 @@ def main():
             else:
                 sm.append("did not run")
                 if v and v not in notes:
-                    notes.append(f"{name}: {v}")
+                    notes.append(v)
         lines.append(
             f"| {fmt_size(nbytes)} | {cell(rg)} | {cell(pg)} | {ratio} | {cell(re_)} | {cell(pe)} | {diff} | "
             f"{cell(row['eager-stream']['median_us'])} | {cell(row['graph-staged']['median_us'])} | {sm[0]} | {sm[1]} |"
@@ -82,7 +86,8 @@ def main():
         "more per call than the Rust eager launch (Python − Rust ≤ 4).",
     ]
     if notes:
-        lines += ["", "torch's symmetric memory on this machine:", ""] + [f"- {n}" for n in notes]
+        lines += ["", "torch's symmetric-memory all-reduce (one-shot and two-shot) on this machine:", ""]
+        lines += [f"- {n}" for n in notes]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -14,6 +14,9 @@ nvidia-cuda-mps-control -d
 trap 'echo quit | nvidia-cuda-mps-control' EXIT
 export FERROCOMM_RANKS_PER_GPU=2
 sizes=${SIZES:-8KiB,1MiB,16MiB}
+# The Rust figures: graph replay, then eager (a run with --no-graph).
 "$bin" launch -n 2 -- "$bin" bench --ops all-reduce --modes gpu --dtype bf16 --sizes "$sizes" --gpus 0 --out "$out/rust"
+"$bin" launch -n 2 -- "$bin" bench --ops all-reduce --modes gpu --dtype bf16 --sizes "$sizes" --gpus 0 --no-graph \
+  --out "$out/rust-eager"
 torchrun --nproc-per-node 2 "$here/bench_ops.py" --sizes "$sizes" --out "$out/python.json"
-python3 "$here/report.py" "$out/rust/data.json" "$out/python.json" "$out"
+python3 "$here/report.py" "$out/rust/data.json,$out/rust-eager/data.json" "$out/python.json" "$out"

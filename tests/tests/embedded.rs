@@ -28,7 +28,8 @@ fn input(rank: usize, n: usize, round: usize) -> Vec<f32> {
 }
 
 fn expected(world: usize, n: usize, round: usize) -> Vec<f32> {
-    (0..n).map(|i| (0..world).map(|r| input(r, n, round)[i]).sum()).collect()
+    let inputs: Vec<Vec<f32>> = (0..world).map(|r| input(r, n, round)).collect();
+    (0..n).map(|i| inputs.iter().map(|x| x[i]).sum()).collect()
 }
 
 /// One all-reduce of the caller's memory: copy in, reduce in place, copy out, all left in stream order.
@@ -219,7 +220,12 @@ fn caller_streams_memory_and_graphs_on_gpus() {
     let Some(team) = gpu_team("caller_streams_memory_and_graphs_on_gpus") else { return };
     let mut comm = Communicator::new(&team).unwrap();
     let mut stage = SymBuffer::<f32>::new(&team, *SIZES.iter().max().unwrap()).unwrap();
+    let trace = std::env::var_os("EMBEDDED_TRACE").is_some();
+    let started = Instant::now();
     for n in SIZES {
+        if trace {
+            eprintln!("{:?} n = {n}: eager", started.elapsed());
+        }
         let mut caller = Caller::new(&team, n);
         let (ins, outs) = (caller.addresses(&caller.inputs), caller.addresses(&caller.outputs));
 
@@ -242,6 +248,9 @@ fn caller_streams_memory_and_graphs_on_gpus() {
         }
         let graphs = CallerGraph::end_captures(&caller.streams);
         for round in 1..=100 {
+            if trace && round % 25 == 1 {
+                eprintln!("{:?} n = {n}: replay {round}", started.elapsed());
+            }
             caller.write_inputs(n, round);
             for g in &graphs {
                 g.launch();

@@ -1,9 +1,9 @@
-//! `custom_kernel._C`: the extension module of the `custom_kernel` Python package — the template for shipping
+//! `custom_kernel._native`: the extension module of the `custom_kernel` Python package — the template for shipping
 //! one's own `#[kernel]`s (here the `custom-kernel` crate's ring step) to PyTorch and numpy users with
 //! `pip install`.
 //!
 //! The module is a complete `ferrocomm` back end: [`ferrocomm_python::add_classes`] builds ferrocomm's
-//! `Session` into it, so `ferrocomm.init(extension=custom_kernel._C)` makes one team that runs ferrocomm's
+//! `Session` into it, so `ferrocomm.init(extension=custom_kernel._native)` makes one team that runs ferrocomm's
 //! collectives and these kernels alike. Each function below takes that session and the tensor arguments
 //! `Session.tensor_arg` made of the caller's tensors, and launches through the typed launchers `#[kernel]`
 //! generated: their checks (length relations, symmetric memory, team membership, buffers kept alive until
@@ -36,7 +36,7 @@ fn grid(team: &Team, len: usize) -> LaunchConfig {
 ///
 /// Allocating it is collective (symmetric memory): every rank makes its ring at the same point of its
 /// program, as the Python layer does on the session's first `scaled_put`.
-#[pyclass(frozen, module = "custom_kernel._C")]
+#[pyclass(frozen, module = "custom_kernel._native")]
 #[derive(Debug)]
 pub struct Ring {
     pad: SignalPadBuffer,
@@ -67,8 +67,8 @@ fn scaled_put(
     let pad = &ring.get().pad;
     // What the processes must agree on (`init(check_calls=True)`): ranks that put different lengths would
     // leave part of an inbox stale; a different scale is each rank's own business.
-    let call = format!("custom_kernel.scaled_put of {} into {}", src.numel, inbox.numel);
-    session.get().operate_with(py, &call, streams, |ops| {
+    let call = || format!("custom_kernel.scaled_put of {} into {}", src.numel, inbox.numel);
+    session.get().operate_with(py, call, streams, |ops| {
         // Peers store into the inbox: it must be symmetric memory. Checked before `src` is staged so that a
         // refused call queues no copy.
         let mut inbox_buf = ops.symmetric::<f32>(&inbox, "inbox")?;
@@ -91,8 +91,8 @@ fn accumulate(
     streams: Option<Vec<usize>>,
 ) -> PyResult<()> {
     // Purely local, but checked like every call so that a rank that skipped one is caught at the next.
-    let call = format!("custom_kernel.accumulate of {} from {}", acc.numel, inbox.numel);
-    session.get().operate_with(py, &call, streams, |ops| {
+    let call = || format!("custom_kernel.accumulate of {} from {}", acc.numel, inbox.numel);
+    session.get().operate_with(py, call, streams, |ops| {
         // `SymSlice` in the kernel: the launcher takes symmetric memory only, though this kernel reads its own part.
         let inbox_buf = ops.symmetric::<f32>(&inbox, "inbox")?;
         // Read and written on this rank only: staged (in and back out) when it is not symmetric.
@@ -104,7 +104,7 @@ fn accumulate(
 }
 
 #[pymodule]
-#[pyo3(name = "_C")]
+#[pyo3(name = "_native")]
 fn custom_kernel_extension(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // ferrocomm's Session (and what its Python layer needs of an extension): the team these kernels share
     // with ferrocomm's collectives.

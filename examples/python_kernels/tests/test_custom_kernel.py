@@ -11,7 +11,7 @@ from conftest import SCALE, rank_data, ring_reference, still_works
 
 def test_the_session_is_the_extensions(team):
     assert (team.backend, team.world, team.local_ranks) == ("emulator", 2, [0, 1])
-    assert isinstance(ferrocomm.session()._inner, custom_kernel._C.Session)
+    assert isinstance(ferrocomm.session()._inner, custom_kernel._native.Session)
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 1000])

@@ -33,13 +33,13 @@ def test_a_session_without_the_extension_is_a_config_error():
 def test_a_ring_of_another_session_is_refused():
     """The pad is checked like any buffer: one of another team is refused, naming the kernel's parameter."""
     old = custom_kernel.init(backend="emulator", world=2)
-    ring = custom_kernel._C.Ring(old._inner)
+    ring = custom_kernel._native.Ring(old._inner)
     session = custom_kernel.init(backend="emulator", world=2)
     try:
         src = session.tensor_arg([rank_data(r, 8) for r in session.local_ranks], "src")[0]
         inbox = ferrocomm.empty(8, "float32")
         with pytest.raises(ferrocomm.ForeignBufferError, match="pad") as e:
-            custom_kernel._C.scaled_put(session._inner, ring, src, session.tensor_arg(inbox, "inbox")[0], 1.0, None)
+            custom_kernel._native.scaled_put(session._inner, ring, src, session.tensor_arg(inbox, "inbox")[0], 1.0, None)
         assert e.value.argument == "pad"
         still_works(session)
     finally:

@@ -7,7 +7,7 @@
 //! ```ignore
 //! #[pyfunction]
 //! fn scaled_put(py: Python<'_>, session: &Bound<'_, Session>, src: Arg, inbox: Arg, ...) -> PyResult<()> {
-//!     session.get().operate_with(py, &format!("scaled_put of {}", src.numel), streams, |ops| {
+//!     session.get().operate_with(py, || format!("scaled_put of {}", src.numel), streams, |ops| {
 //!         let src = ops.input::<f32>(&src, "src")?;            // any tensor: staged when not symmetric
 //!         let mut inbox = ops.symmetric::<f32>(&inbox, "inbox")?; // peers store into it: must be symmetric
 //!         custom_kernel::scaled_put::launch(ops.team(), cfg, &src, &mut inbox, &pad, scale)?.leave_in_stream();
@@ -130,7 +130,7 @@ impl Session {
     }
 
     /// One call of an extension's kernels: reports earlier device errors, checks that the processes agree on
-    /// `call` (a statement of the kernel and its sizes) when the session checks calls, binds the caller's `streams` (torch's
+    /// `call()` (a statement of the kernel and its sizes, made only when the session checks calls), binds the caller's `streams` (torch's
     /// current ones; `None` on the emulator, which then waits for the result), gives `f` the call's tensors
     /// as buffers of the team, and copies staged outputs back after `f`'s launches. `f` leaves its launch
     /// guards in the stream ([`ferrocomm::LaunchGuard::leave_in_stream`]): the team waits for them before the
@@ -138,7 +138,7 @@ impl Session {
     pub fn operate_with(
         &self,
         py: Python<'_>,
-        call: &str,
+        call: impl FnOnce() -> String,
         streams: Option<Vec<usize>>,
         f: impl FnOnce(&mut Operands<'_>) -> Result<(), CommError>,
     ) -> PyResult<()> {

@@ -117,7 +117,7 @@ impl Session {
     pub(crate) fn operate(
         &self,
         py: Python<'_>,
-        call: &str,
+        call: impl FnOnce() -> String,
         streams: Option<Vec<usize>>,
         op: impl FnOnce(&mut Inner) -> Result<(), CommError>,
     ) -> PyResult<()> {
@@ -127,7 +127,8 @@ impl Session {
             if inner.check_calls {
                 // Ranks that called different collectives, or with different sizes, would wait on each other
                 // until the device timeout, or pair the wrong data: say so at once instead.
-                py.detach(|| team.agree("a collective call", call)).map_err(|e| errors::runtime(py, e))?;
+                let call = call();
+                py.detach(|| team.agree("a collective call", &call)).map_err(|e| errors::runtime(py, e))?;
             }
             let completion = match &streams {
                 Some(_) => Completion::InStream,
@@ -500,8 +501,9 @@ impl Session {
     ) -> PyResult<()> {
         let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
         check_numel(py, "output", output.numel, input.numel)?;
-        let call = format!("all_reduce({op:?}) of {} {dtype:?}", input.numel);
-        self.operate(py, &call, streams, move |inner| {
+        let numel = input.numel;
+        let call = move || format!("all_reduce({op:?}) of {} {dtype:?}", numel);
+        self.operate(py, call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_reduce(&i, &o, input.numel, op))
         })
@@ -520,8 +522,9 @@ impl Session {
         let dtype = parse_dtype(py, dtype)?;
         let world = self.world(py)?;
         check_numel(py, "output", output.numel, world * input.numel)?;
-        let call = format!("all_gather of {} {dtype:?}", input.numel);
-        self.operate(py, &call, streams, move |inner| {
+        let numel = input.numel;
+        let call = move || format!("all_gather of {} {dtype:?}", numel);
+        self.operate(py, call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_gather(&i, &o, input.numel))
         })
@@ -542,8 +545,9 @@ impl Session {
         let (dtype, op) = (parse_dtype(py, dtype)?, parse_op(py, op)?);
         let world = self.world(py)?;
         check_numel(py, "input", input.numel, world * output.numel)?;
-        let call = format!("reduce_scatter({op:?}) of {} {dtype:?}", input.numel);
-        self.operate(py, &call, streams, move |inner| {
+        let numel = input.numel;
+        let call = move || format!("reduce_scatter({op:?}) of {} {dtype:?}", numel);
+        self.operate(py, call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.reduce_scatter(&i, &o, output.numel, op))
         })
@@ -571,8 +575,9 @@ impl Session {
                 format!("{} elements do not split into {world} equal chunks", input.numel),
             ));
         }
-        let call = format!("all_to_all of {} {dtype:?}", input.numel);
-        self.operate(py, &call, streams, move |inner| {
+        let numel = input.numel;
+        let call = move || format!("all_to_all of {} {dtype:?}", numel);
+        self.operate(py, call, streams, move |inner| {
             let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
             typed!(dtype, inner.all_to_all(&i, &o, input.numel))
         })
@@ -589,8 +594,9 @@ impl Session {
         streams: Option<Vec<usize>>,
     ) -> PyResult<()> {
         let dtype = parse_dtype(py, dtype)?;
-        let call = format!("broadcast(root {root}) of {} {dtype:?}", tensor.numel);
-        self.operate(py, &call, streams, move |inner| {
+        let numel = tensor.numel;
+        let call = move || format!("broadcast(root {root}) of {} {dtype:?}", numel);
+        self.operate(py, call, streams, move |inner| {
             let t = inner.place(&tensor, dtype.bytes(), "tensor")?;
             typed!(dtype, inner.broadcast(&t, tensor.numel, root))
         })
@@ -599,7 +605,7 @@ impl Session {
     /// A barrier across every rank, in the streams' order.
     #[pyo3(signature = (streams=None))]
     fn barrier(&self, py: Python<'_>, streams: Option<Vec<usize>>) -> PyResult<()> {
-        self.operate(py, "barrier", streams, |inner| inner.comm.barrier().map(|g| g.leave_in_stream()))
+        self.operate(py, || "barrier".to_owned(), streams, |inner| inner.comm.barrier().map(|g| g.leave_in_stream()))
     }
 
     /// Waits for every launch of the team (on its streams and the caller's) and reports their device errors.

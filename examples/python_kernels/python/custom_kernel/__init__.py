@@ -1,6 +1,6 @@
 """custom_kernel: one's own ferrocomm kernels (a scaled ring put with signals) for PyTorch and numpy.
 
-The template for shipping a kernels crate with ``pip install``: the extension ``custom_kernel._C`` carries
+The template for shipping a kernels crate with ``pip install``: the extension ``custom_kernel._native`` carries
 ferrocomm's session classes beside its kernels, so after :func:`init` ferrocomm's collectives and these
 kernels run on one team, on torch's current stream (and in ``torch.cuda.graph`` captures), or on the CPU
 emulator with numpy arrays.
@@ -28,7 +28,7 @@ from typing import Any
 import ferrocomm
 from ferrocomm import ConfigError, RequirementError
 
-from . import _C
+from . import _native
 
 __all__ = ["init", "scaled_put", "accumulate"]
 
@@ -36,31 +36,31 @@ __all__ = ["init", "scaled_put", "accumulate"]
 DTYPE = "float32"
 
 #: One ring (its signal pad) per session, dropped with the session.
-_rings: "weakref.WeakKeyDictionary[ferrocomm.Session, _C.Ring]" = weakref.WeakKeyDictionary()
+_rings: "weakref.WeakKeyDictionary[ferrocomm.Session, _native.Ring]" = weakref.WeakKeyDictionary()
 
 
 def init(**kw: Any) -> ferrocomm.Session:
     """:func:`ferrocomm.init` with this package's extension: the default session runs ferrocomm's collectives
     and these kernels on one team. Takes ferrocomm.init's arguments (``backend``, ``world``, ``staging_bytes``)."""
-    return ferrocomm.init(extension=_C, **kw)
+    return ferrocomm.init(extension=_native, **kw)
 
 
 def _session() -> ferrocomm.Session:
     s = ferrocomm.session()
-    if not isinstance(s._inner, _C.Session):
+    if not isinstance(s._inner, _native.Session):
         # Another extension's Session (ferrocomm.init() without extension=) is a different Rust type.
         raise ConfigError(
             "the default session was made by ferrocomm.init(); call custom_kernel.init() "
-            "(ferrocomm.init(extension=custom_kernel._C)) so that it runs these kernels"
+            "(ferrocomm.init(extension=custom_kernel._native)) so that it runs these kernels"
         )
     return s
 
 
-def _ring(s: ferrocomm.Session) -> "_C.Ring":
+def _ring(s: ferrocomm.Session) -> "_native.Ring":
     ring = _rings.get(s)
     if ring is None:
         # Collective (symmetric memory): every rank reaches its first scaled_put at the same point.
-        ring = _rings[s] = _C.Ring(s._inner)
+        ring = _rings[s] = _native.Ring(s._inner)
     return ring
 
 
@@ -95,7 +95,7 @@ def _scaled_put(src, inbox, scale: float) -> None:
     s = _session()
     src_arg, streams = _f32(s, src, "src")
     inbox_arg, _ = _f32(s, inbox, "inbox")
-    _C.scaled_put(s._inner, _ring(s), src_arg, inbox_arg, float(scale), streams)
+    _native.scaled_put(s._inner, _ring(s), src_arg, inbox_arg, float(scale), streams)
 
 
 def accumulate(acc, inbox):
@@ -113,7 +113,7 @@ def _accumulate(acc, inbox) -> None:
     s = _session()
     acc_arg, streams = _f32(s, acc, "acc")
     inbox_arg, _ = _f32(s, inbox, "inbox")
-    _C.accumulate(s._inner, acc_arg, inbox_arg, streams)
+    _native.accumulate(s._inner, acc_arg, inbox_arg, streams)
 
 
 if importlib.util.find_spec("torch") is not None:

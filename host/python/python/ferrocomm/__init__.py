@@ -83,6 +83,10 @@ class Session:
         #: Whether the team's ranks live in several processes (one each).
         self.spans_processes: bool = inner.spans_processes
         self._devices: list[tuple[int, int]] = inner.devices
+        #: The GPU of this process's one rank, when it runs one rank on a GPU (the fast path of tensor_arg).
+        self._cuda_ordinal: int | None = (
+            self._devices[0][1] if len(self._devices) == 1 and self._devices[0][0] == _DLPACK_CUDA else None
+        )
 
     @property
     def rank(self) -> int:
@@ -141,6 +145,21 @@ class Session:
         return [x]
 
     def tensor_arg(self, x: Any, argument: str, dtype: str | None = None):
+        # The common case first, in as few Python operations as it takes (a collective of a few µs is called
+        # this way): one rank in this process, a contiguous CUDA tensor of a collective's dtype on its GPU.
+        if self._cuda_ordinal is not None and isinstance(x, _TorchTensor):
+            name = _TORCH_DTYPE_NAMES.get(x.dtype)
+            if (
+                name is not None
+                and (dtype is None or dtype == name)
+                and x.is_cuda
+                and x.get_device() == self._cuda_ordinal
+                and x.is_contiguous()
+            ):
+                return ([x.data_ptr()], x.numel()), name, [_current_raw_stream(self._cuda_ordinal)]
+        return self._tensor_arg_checked(x, argument, dtype)
+
+    def _tensor_arg_checked(self, x: Any, argument: str, dtype: str | None):
         """``((addresses, numel), dtype, streams)`` of a tensor argument (one tensor per local rank, a torch
         tensor, a numpy array or any DLPack producer), after checking what the extension cannot:
         contiguity, dtype (``dtype``: the one the call's other tensors have), device, equal sizes. What an
@@ -157,9 +176,7 @@ class Session:
                 name = str(t.dtype).removeprefix("torch.")
                 if t.device.type == "cuda":
                     on = (_DLPACK_CUDA, t.device.index)
-                    import torch
-
-                    streams.append(torch.cuda.current_stream(t.device).cuda_stream)
+                    streams.append(_current_raw_stream(t.device.index))
                 else:
                     on = (_DLPACK_CPU, 0)
                 addr, numel = t.data_ptr(), t.numel()
@@ -234,7 +251,8 @@ class Session:
         if self.backend == "cuda":
             import torch
 
-            streams = [torch.cuda.current_stream(device).cuda_stream for _ in self.local_ranks]
+            index = torch.cuda.current_device() if device is None else torch.device(device).index
+            streams = [_current_raw_stream(index) for _ in self.local_ranks]
         self._inner.barrier(streams)
 
     def synchronize(self):
@@ -348,8 +366,7 @@ def zeros(shape, dtype: Any = "float32", *, library: str | None = None):
 
 
 def _compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
+    return _is_compiling is not None and _is_compiling()
 
 
 def all_reduce(tensor, op: str = "sum", *, out=None):
@@ -408,7 +425,27 @@ def synchronize():
     session().synchronize()
 
 
+# What the torch path needs, looked up once: the tensor type, the collectives' dtypes, torch's current stream
+# as a raw handle (``torch.cuda.current_stream().cuda_stream`` makes a Python object each call, µs on a
+# collective of a few), and whether torch.compile is tracing.
+_TorchTensor: Any = ()  # matches nothing when torch is not installed
+_TORCH_DTYPE_NAMES: dict = {}
+_is_compiling = None
+
+
+def _current_raw_stream(index: int) -> int:
+    import torch
+
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 if importlib.util.find_spec("torch") is not None:
-    # Where torch is installed the ops are registered at import, so torch.compile and torch.ops.ferrocomm
-    # see them; without torch the package works on numpy arrays alone.
+    import torch as _torch
+
+    _TorchTensor = _torch.Tensor
+    _TORCH_DTYPE_NAMES = {_torch.float32: "float32", _torch.float16: "float16", _torch.bfloat16: "bfloat16"}
+    _is_compiling = _torch.compiler.is_compiling
+    _current_raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", _current_raw_stream)  # noqa: F811
+    # The ops are registered at import, so torch.compile and torch.ops.ferrocomm see them; without torch the
+    # package works on numpy arrays alone.
     from . import torch_ops as _torch_ops  # noqa: F401

@@ -1,7 +1,7 @@
 //! Launching on every rank's stream (device limits and co-residency checked first) and capturing those
 //! streams into CUDA graphs, one per rank, replayed together.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUstreamCaptureMode};
@@ -165,16 +165,27 @@ impl CudaTeam {
         for (g, gpu) in self.gpus.iter().enumerate() {
             let ranks: Vec<usize> = (0..self.ranks.len()).filter(|&r| self.ranks[r].gpu == g).collect();
             let Some(&first) = ranks.first() else { continue };
-            self.bind(first)?;
-            // SAFETY: `funcs[first]` belongs to a module loaded in the current context.
-            let per_sm = unsafe {
-                result::occupancy::max_active_block_per_multiprocessor(
-                    funcs[first],
-                    cfg.threads_per_block() as i32,
-                    cfg.shared_bytes as usize,
-                )
-            }
-            .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor", Some(gpu.device())))?;
+            // The driver's answer depends on the function and the block's shape only: asked once, it is kept
+            // (the query costs microseconds, as much as the launch it guards).
+            let key = (funcs[first] as usize, cfg.threads_per_block(), cfg.shared_bytes);
+            let known = gpu.occupancy.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
+            let per_sm = match known {
+                Some(per_sm) => per_sm,
+                None => {
+                    self.bind(first)?;
+                    // SAFETY: `funcs[first]` belongs to a module loaded in the current context.
+                    let per_sm = unsafe {
+                        result::occupancy::max_active_block_per_multiprocessor(
+                            funcs[first],
+                            cfg.threads_per_block() as i32,
+                            cfg.shared_bytes as usize,
+                        )
+                    }
+                    .map_err(cuda("cuOccupancyMaxActiveBlocksPerMultiprocessor", Some(gpu.device())))?;
+                    gpu.occupancy.lock().unwrap_or_else(PoisonError::into_inner).insert(key, per_sm);
+                    per_sm
+                }
+            };
             let max = per_sm.max(0) as u64 * u64::from(gpu.multiprocessors);
             let blocks = cfg.blocks() * ranks.len() as u64;
             if blocks > max {

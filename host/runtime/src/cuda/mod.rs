@@ -42,6 +42,8 @@ pub(crate) struct CudaGpu {
     pub max_grid: [u32; 3],
     /// Dynamic + static shared memory a block may opt into.
     pub max_shared_optin: u32,
+    /// Blocks per multiprocessor the driver reported, by (function, threads per block, dynamic shared bytes).
+    pub occupancy: Mutex<HashMap<(usize, u32, u32), i32>>,
 }
 
 impl CudaGpu {
@@ -67,6 +69,7 @@ impl CudaGpu {
                 attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
             ],
             max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            occupancy: Mutex::new(HashMap::new()),
             ctx,
         })
     }
@@ -86,6 +89,10 @@ pub(crate) struct CudaRank {
     pub modules: Mutex<HashMap<usize, Arc<LoadedModule>>>,
     /// Where this rank's work on the caller's streams ends: what `idle` waits for besides its own stream.
     pub marks: Marks,
+    /// The caller's streams found to belong to this rank's context, asked about once each. A handle the
+    /// driver reuses for a stream of another context is not asked about again: its launches then fail with
+    /// the driver's error instead of this check's.
+    pub checked_streams: Mutex<std::collections::HashSet<usize>>,
 }
 
 /// The CUDA half of a team. Field order is drop order: modules and streams before contexts.
@@ -113,7 +120,13 @@ impl CudaTeam {
             .map(|&gpu| {
                 let g = &gpus[gpu];
                 let stream = g.ctx.new_stream().map_err(cuda("cuStreamCreate", Some(g.device())))?;
-                Ok(CudaRank { gpu, stream, modules: Mutex::new(HashMap::new()), marks: Marks::default() })
+                Ok(CudaRank {
+                    gpu,
+                    stream,
+                    modules: Mutex::new(HashMap::new()),
+                    marks: Marks::default(),
+                    checked_streams: Mutex::new(std::collections::HashSet::new()),
+                })
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let shared_gpu = (1..rank_gpu.len()).any(|r| rank_gpu[..r].contains(&rank_gpu[r]));
@@ -273,6 +286,10 @@ impl Exec for CudaTeam {
     }
 
     fn check_stream(&self, rank: usize, stream: &ExternalStream) -> Result<(), String> {
+        // A framework binds the same few streams before every call: each is asked about once.
+        if self.ranks[rank].checked_streams.lock().unwrap_or_else(|p| p.into_inner()).contains(&stream.id()) {
+            return Ok(());
+        }
         self.bind(rank).map_err(|e| e.to_string())?;
         let mut ctx = std::ptr::null_mut();
         // SAFETY: the caller vouched the stream is live (`ExternalStream::from_raw`); 0 is the legacy default
@@ -289,6 +306,7 @@ impl Exec for CudaTeam {
                 gpu.device()
             ));
         }
+        self.ranks[rank].checked_streams.lock().unwrap_or_else(|p| p.into_inner()).insert(stream.id());
         Ok(())
     }
 
