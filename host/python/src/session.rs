@@ -13,7 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use ferrocomm::{Backend, CallerMemory, DeviceCopy, Error, ExternalStream, SymBuffer, Team, WeakSymBuffer};
 use ferrocomm_bootstrap::JobEnv;
 use ferrocomm_device::{bf16, f16};
-use ferrocomm_kernels::{CommError, Communicator, Op, Reducible};
+use ferrocomm_kernels::{CommError, Communicator, Op, Reducible, TpDecode, TpShape, TpVariant};
 use pyo3::prelude::*;
 
 use crate::dlpack::{DlpackExport, Dtype, dl_device};
@@ -62,6 +62,9 @@ pub(crate) struct Inner {
     registry: Vec<WeakSymBuffer<u8>>,
     /// Whether every call first checks that the processes agree on it (`check_calls`).
     check_calls: bool,
+    /// The tensor-parallel decode steps made so far, one per shape: their plans, buffers and pads, and
+    /// symmetric copies of their small operands.
+    decoders: Vec<Decoder>,
     team: ManuallyDrop<Box<Team>>,
 }
 
@@ -152,6 +155,16 @@ impl Session {
             Ok(())
         })
     }
+}
+
+/// A tensor-parallel decode step of one shape, and where its operands go when they are not symmetric.
+struct Decoder {
+    shape: TpShape,
+    step: TpDecode,
+    x: SymBuffer<bf16>,
+    residual: SymBuffer<bf16>,
+    gamma: SymBuffer<bf16>,
+    out: SymBuffer<bf16>,
 }
 
 impl Inner {
@@ -312,6 +325,89 @@ impl Inner {
         self.give_back(&dst, output)
     }
 
+    /// One decode step of `shape`: `out = rmsnorm(Σ_ranks x·w + residual) * gamma` (see `TpDecode::step`).
+    /// The weights are used in place and must be symmetric memory (copying them would cost more than the
+    /// step); the other operands are copied into the step's own symmetric buffers when they are not.
+    /// The step's buffers are made at its shape's first call, which must not be inside a capture.
+    #[allow(clippy::too_many_arguments)]
+    fn tp_decode(
+        &mut self,
+        shape: TpShape,
+        variant: TpVariant,
+        capturing: bool,
+        [x, w, residual, gamma, out]: [&Arg; 5],
+    ) -> Result<(), CommError> {
+        let team = self.team();
+        let at = match self.decoders.iter().position(|d| d.shape == shape) {
+            Some(at) => at,
+            None if capturing => {
+                return Err(Error::Capturing {
+                    what: "a decode step's first call of its shape (it allocates); call it once before capturing",
+                }
+                .into());
+            }
+            None => {
+                let step = TpDecode::new(&self.comm, shape)?;
+                let world = team.world();
+                self.decoders.push(Decoder {
+                    shape,
+                    step,
+                    x: SymBuffer::new(team, shape.tokens * shape.k_local(world))?,
+                    residual: SymBuffer::new(team, shape.tokens * shape.hidden)?,
+                    gamma: SymBuffer::new(team, shape.hidden)?,
+                    out: SymBuffer::new(team, shape.tokens * shape.hidden)?,
+                });
+                self.decoders.len() - 1
+            }
+        };
+        let elem = size_of::<bf16>();
+        let weights = match self.place(w, elem, "w")? {
+            // SAFETY: a typed view of the caller's symmetric weights, read by this call's kernels.
+            Place::Symmetric(buf) => unsafe { buf.alias::<bf16>(w.numel) }?,
+            Place::Caller(_) => {
+                return Err(Error::SymmetricRequired {
+                    argument: "w".into(),
+                    found: "it is ordinary memory, which the step would copy whole each call; allocate the weights \
+                            once with ferrocomm.empty"
+                        .into(),
+                }
+                .into());
+            }
+        };
+        let places = [self.place(x, elem, "x")?, self.place(residual, elem, "residual")?];
+        let (gamma_place, out_place) = (self.place(gamma, elem, "gamma")?, self.place(out, elem, "out")?);
+        let d = &mut self.decoders[at];
+        let operand = |place: &Place, own: &mut SymBuffer<bf16>, numel: usize| -> Result<SymBuffer<bf16>, CommError> {
+            match place {
+                // SAFETY: a typed view of the caller's symmetric tensor, read by this call's kernels.
+                Place::Symmetric(buf) => Ok(unsafe { buf.alias::<bf16>(numel) }?),
+                Place::Caller(parts) => {
+                    for part in parts {
+                        own.copy_from_caller(part)?.leave_in_stream();
+                    }
+                    // SAFETY: the step's own buffer, used by this call only.
+                    Ok(unsafe { own.alias::<bf16>(numel) }?)
+                }
+            }
+        };
+        let xs = operand(&places[0], &mut d.x, x.numel)?;
+        let res = operand(&places[1], &mut d.residual, residual.numel)?;
+        let gam = operand(&gamma_place, &mut d.gamma, gamma.numel)?;
+        let mut o = match &out_place {
+            // SAFETY: a typed view of the caller's symmetric output, written by this call's kernels.
+            Place::Symmetric(buf) => unsafe { buf.alias::<bf16>(out.numel) }?,
+            // SAFETY: the step's own output buffer, copied to the caller's below.
+            Place::Caller(_) => unsafe { d.out.alias::<bf16>(out.numel) }?,
+        };
+        d.step.step(&mut self.comm, variant, &xs, &weights, &res, &gam, &mut o)?;
+        if let Place::Caller(parts) = &out_place {
+            for part in parts {
+                o.copy_to_caller(part)?.leave_in_stream();
+            }
+        }
+        Ok(())
+    }
+
     fn broadcast<T: DeviceCopy>(&mut self, tensor: &Place, numel: usize, root: usize) -> Result<(), CommError> {
         let work = self.hold(tensor, numel * size_of::<T>(), 0, true)?;
         // SAFETY: a typed view of this call's held buffer.
@@ -414,6 +510,7 @@ impl Session {
                 recv_counts,
                 registry: Vec::new(),
                 check_calls,
+                decoders: Vec::new(),
                 team: ManuallyDrop::new(team),
             })
         })();
@@ -599,6 +696,54 @@ impl Session {
         self.operate(py, call, streams, move |inner| {
             let t = inner.place(&tensor, dtype.bytes(), "tensor")?;
             typed!(dtype, inner.broadcast(&t, tensor.numel, root))
+        })
+    }
+
+    /// The tensor-parallel decode step: `out` (`tokens x hidden`) = RMSNorm of the sum over the ranks of
+    /// `x · w` (`x`: this rank's `tokens x k/world` shard, `w`: its `k/world x hidden` rows) plus `residual`,
+    /// times `gamma` (`hidden`), the same on every rank, in bfloat16. `variant`: `"fused"` (one kernel),
+    /// `"two_kernels"` or `"three_kernels"`. `capturing`: whether the caller's stream is capturing (then the
+    /// shape's buffers must exist from an earlier call).
+    #[pyo3(signature = (x, w, residual, gamma, out, tokens, hidden, variant, capturing=false, streams=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn tp_decode(
+        &self,
+        py: Python<'_>,
+        x: Arg,
+        w: Arg,
+        residual: Arg,
+        gamma: Arg,
+        out: Arg,
+        tokens: usize,
+        hidden: usize,
+        variant: &str,
+        capturing: bool,
+        streams: Option<Vec<usize>>,
+    ) -> PyResult<()> {
+        let variant = match variant {
+            "fused" => TpVariant::Fused,
+            "two_kernels" => TpVariant::TwoKernels,
+            "three_kernels" => TpVariant::ThreeKernels,
+            other => {
+                let why = format!("{other:?} is not \"fused\", \"two_kernels\" or \"three_kernels\"");
+                return Err(errors::input(py, "RequirementError", "variant", why));
+            }
+        };
+        let world = self.world(py)?;
+        let k_local = if tokens == 0 { 0 } else { x.numel / tokens };
+        let shape = TpShape { tokens, hidden, k: k_local * world };
+        for (argument, found, expected) in [
+            ("x", x.numel, tokens * k_local),
+            ("w", w.numel, k_local * hidden),
+            ("residual", residual.numel, tokens * hidden),
+            ("gamma", gamma.numel, hidden),
+            ("out", out.numel, tokens * hidden),
+        ] {
+            check_numel(py, argument, found, expected)?;
+        }
+        let call = move || format!("tp_decode of {shape:?}");
+        self.operate(py, call, streams, move |inner| {
+            inner.tp_decode(shape, variant, capturing, [&x, &w, &residual, &gamma, &out])
         })
     }
 

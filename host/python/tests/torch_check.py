@@ -219,6 +219,67 @@ def _():
         assert torch.ops.ferrocomm.reduce_scatter(fake, "sum").shape == (64 // WORLD,)
 
 
+# --- the tensor-parallel decode step -----------------------------------------------------------------------------
+
+
+def tp_operands(rank, tokens, hidden, k_local, round=0):
+    g = torch.Generator().manual_seed(rank * 7919 + tokens * 131 + round)
+    # Multiples of 1/8 up to 2: exact in bfloat16, the products' sums exact in float32 in any order.
+    q = lambda *shape: (torch.randint(-16, 17, shape, generator=g).float() / 8).to(torch.bfloat16)  # noqa: E731
+    return q(tokens, k_local), q(k_local, hidden)
+
+
+def tp_reference(tokens, hidden, k_local, residual, gamma, round=0):
+    y = sum(
+        (lambda x, w: x.float() @ w.float())(*tp_operands(r, tokens, hidden, k_local, round)) for r in range(WORLD)
+    )
+    z = y + residual.float()
+    inv = torch.rsqrt((z * z).mean(dim=1, keepdim=True) + 1e-5)
+    return z * inv * gamma.float()
+
+
+def close(got, want, what):
+    got = got.detach().float().cpu()
+    if not torch.allclose(got, want, rtol=2**-7, atol=1e-6):
+        worst = ((got - want).abs() / want.abs().clamp_min(1e-6)).max().item()
+        raise AssertionError(f"{what}: relative error up to {worst:.3g}")
+
+
+@check("tp_decode: every variant against a CPU reference, eager, in a graph replayed with new inputs, compiled")
+def _():
+    hidden, k_local = (1024, 512) if QUICK else (4096, 4096)
+    for tokens in (1, 4, 16):
+        x, w_host = tp_operands(RANK, tokens, hidden, k_local)
+        w = ferrocomm.empty((k_local, hidden), torch.bfloat16)
+        w.copy_(w_host)
+        residual = on_gpu(tp_operands(99, tokens, hidden, hidden)[0][:, :hidden])
+        gamma = on_gpu((torch.arange(hidden) % 5 + 1).to(torch.bfloat16) / 4)
+        want = tp_reference(tokens, hidden, k_local, residual.cpu(), gamma.cpu())
+        for variant in ("fused", "two_kernels", "three_kernels"):
+            out = ferrocomm.tp_decode(on_gpu(x), w, residual, gamma, variant=variant)
+            close(out, want, f"tp_decode {variant} tokens={tokens}")
+        # A graph of the fused step, replayed with new activations.
+        gx = on_gpu(x)
+        gout = torch.empty(tokens, hidden, dtype=torch.bfloat16, device=DEV)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            ferrocomm.tp_decode(gx, w, residual, gamma, out=gout)
+        for round in (1, 2, 3):
+            gx.copy_(tp_operands(RANK, tokens, hidden, k_local, round)[0])
+            # Every rank's weights stay those of round 0: the reference takes each round's x with them.
+            graph.replay()
+            y = sum(
+                tp_operands(r, tokens, hidden, k_local, round)[0].float() @ tp_operands(r, tokens, hidden, k_local)[1].float()
+                for r in range(WORLD)
+            )
+            z = y + residual.cpu().float()
+            close(gout, z * torch.rsqrt((z * z).mean(1, keepdim=True) + 1e-5) * gamma.cpu().float(), f"graph replay {round}")
+        compiled = torch.compile(lambda a: ferrocomm.tp_decode(a * 1, w, residual, gamma), fullgraph=True)
+        close(compiled(on_gpu(x)), want, f"compiled tp_decode tokens={tokens}")
+    torch.cuda.synchronize()
+    S.check_errors()
+
+
 # --- bad input ------------------------------------------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "reduce_scatter_tensor",
     "all_to_all_single",
     "broadcast",
+    "tp_decode",
     "barrier",
     "synchronize",
 ]
@@ -183,6 +184,9 @@ class Session:
             else:
                 addr, numel, name, cuda = _C.describe(t, argument)
                 on = (_DLPACK_CUDA, cuda) if cuda is not None else (_DLPACK_CPU, 0)
+            if name == "uint16" and dtype == "bfloat16" and not _is_torch(t):
+                # numpy has no bfloat16: where a call takes bfloat16 only, a uint16 array passes its bits.
+                name = "bfloat16"
             if name not in DTYPES:
                 raise RequirementError(
                     f"argument `{argument}` is {name}; the collectives take {', '.join(DTYPES)}", argument=argument
@@ -244,6 +248,36 @@ class Session:
         arg, dtype, streams = self.tensor_arg(tensor, "tensor")
         self._inner.broadcast(arg, dtype, src, streams)
         return tensor
+
+    def tp_decode(self, x, w, residual, gamma, *, variant: str = "fused", out=None):
+        """The tensor-parallel decode step of a row-parallel linear layer and its norm, in bfloat16:
+        ``out = rmsnorm(Σ_ranks x @ w + residual) * gamma``, the same on every rank. ``x``: this rank's
+        ``(tokens, k / world)`` shard of the activations; ``w``: its ``(k / world, hidden)`` rows of the weights,
+        which must be symmetric memory (:func:`empty`: they are read in place); ``residual``: ``(tokens,
+        hidden)``; ``gamma``: ``(hidden,)``. ``variant``: ``"fused"`` (one kernel: each finished tile goes to
+        its owner at once), ``"two_kernels"`` or ``"three_kernels"``. Returns ``out`` (made when not given).
+        The first call of a shape allocates the step's buffers (collectively), so it must come before a
+        ``torch.cuda.graph`` capture. On numpy, which has no bfloat16, uint16 arrays carry the bits."""
+        parts = self._per_rank(x, "x")
+        first = parts[0]
+        tokens = first.shape[0] if len(first.shape) == 2 else 0
+        hidden = self._per_rank(w, "w")[0].shape[-1]
+        if out is None:
+            outs = [self._like(p, (tokens, hidden)) for p in parts]
+            out = outs[0] if len(outs) == 1 else outs
+        args = [self.tensor_arg(t, name, "bfloat16") for t, name in ((x, "x"), (w, "w"), (residual, "residual"), (gamma, "gamma"), (out, "out"))]
+        capturing = _is_torch(first) and first.is_cuda and _torch_capturing()
+        self._inner.tp_decode(*(a[0] for a in args), tokens, hidden, variant, capturing, args[0][2])
+        return out
+
+    @staticmethod
+    def _like(t, shape):
+        """A new tensor of ``shape`` for the result of a call on ``t``: of t's library, device and dtype."""
+        if _is_torch(t):
+            return t.new_empty(shape)
+        import numpy
+
+        return numpy.zeros(shape, t.dtype)
 
     def barrier(self, device: Any = None):
         """A barrier across every rank, on torch's current stream of ``device`` (on GPUs), else waited for."""
@@ -415,6 +449,16 @@ def broadcast(tensor, src: int = 0):
     return session().broadcast(tensor, src)
 
 
+def tp_decode(x, w, residual, gamma, *, variant: str = "fused", out=None):
+    """:meth:`Session.tp_decode` of the default session: the tensor-parallel decode step as one op."""
+    if _compiling():
+        from . import torch_ops
+
+        result = torch_ops.ops().tp_decode(x, w, residual, gamma, variant)
+        return result if out is None else torch_ops.copy_into(out, result)
+    return session().tp_decode(x, w, residual, gamma, variant=variant, out=out)
+
+
 def barrier(device: Any = None):
     """A barrier across every rank, in torch's stream order on GPUs."""
     session().barrier(device)
@@ -433,6 +477,13 @@ _TORCH_DTYPE_NAMES: dict = {}
 _is_compiling = None
 
 
+def _torch_capturing() -> bool:
+    return _torch_module is not None and _torch_module.cuda.is_current_stream_capturing()
+
+
+_torch_module: Any = None
+
+
 def _current_raw_stream(index: int) -> int:
     import torch
 
@@ -442,6 +493,7 @@ def _current_raw_stream(index: int) -> int:
 if importlib.util.find_spec("torch") is not None:
     import torch as _torch
 
+    _torch_module = _torch
     _TorchTensor = _torch.Tensor
     _TORCH_DTYPE_NAMES = {_torch.float32: "float32", _torch.float16: "float16", _torch.bfloat16: "bfloat16"}
     _is_compiling = _torch.compiler.is_compiling

@@ -88,6 +88,17 @@ def _(tensor, src):
     return None
 
 
+@torch.library.custom_op(f"{_LIB}::tp_decode", mutates_args=())
+def tp_decode(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor, variant: str) -> torch.Tensor:
+    """The tensor-parallel decode step (``ferrocomm.tp_decode``)."""
+    return session().tp_decode(x, w, residual, gamma, variant=variant)
+
+
+@tp_decode.register_fake
+def _(x, w, residual, gamma, variant):
+    return x.new_empty((x.shape[0], w.shape[-1]))
+
+
 def ops():
     """``torch.ops.ferrocomm``."""
     return torch.ops.ferrocomm
