@@ -146,6 +146,10 @@ class Session:
         return [x]
 
     def tensor_arg(self, x: Any, argument: str, dtype: str | None = None):
+        """``((addresses, numel), dtype, streams)`` of a tensor argument (one tensor per local rank, a torch
+        tensor, a numpy array or any DLPack producer), after checking what the extension cannot:
+        contiguity, dtype (``dtype``: the one the call's other tensors have), device, equal sizes. What an
+        extension of one's own kernels passes to its functions (``examples/python_kernels``)."""
         # The common case first, in as few Python operations as it takes (a collective of a few µs is called
         # this way): one rank in this process, a contiguous CUDA tensor of a collective's dtype on its GPU.
         if self._cuda_ordinal is not None and isinstance(x, _TorchTensor):
@@ -161,10 +165,7 @@ class Session:
         return self._tensor_arg_checked(x, argument, dtype)
 
     def _tensor_arg_checked(self, x: Any, argument: str, dtype: str | None):
-        """``((addresses, numel), dtype, streams)`` of a tensor argument (one tensor per local rank, a torch
-        tensor, a numpy array or any DLPack producer), after checking what the extension cannot:
-        contiguity, dtype (``dtype``: the one the call's other tensors have), device, equal sizes. What an
-        extension of one's own kernels passes to its functions (``examples/python_kernels``)."""
+        """The checks of :meth:`tensor_arg` that the fast case skips, with their error messages."""
         parts = self._per_rank(x, argument)
         addrs, numels, dtypes, streams = [], [], [], []
         for slot, t in enumerate(parts):

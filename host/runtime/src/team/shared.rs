@@ -287,6 +287,7 @@ impl TeamShared {
     /// early: the others may still use the memory.
     pub fn wait_idle(&self, started: Instant) -> Result<(), Error> {
         self.check_usable()?;
+        let left_before = self.left_in_stream.load(Ordering::Acquire);
         let queued = self.in_flight.load(Ordering::Acquire).max(1) as u32;
         let allowance = self.timeout.saturating_mul(queued) + HOST_GRACE;
         // Counted from the enqueue, or from the backend's last sign of progress (an emulated grid on a
@@ -324,9 +325,14 @@ impl TeamShared {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        // Every stream is idle: the launches left in their streams have ended.
-        let retired = self.left_in_stream.swap(0, Ordering::AcqRel);
-        self.in_flight.fetch_sub(retired, Ordering::AcqRel);
+        // Every stream was idle after the launches left in them before this wait began: those have ended
+        // (one left meanwhile by another thread may still run, and is retired by a later wait).
+        // Another wait may have retired some of them already: take no more than are left.
+        let taken = self
+            .left_in_stream
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n - n.min(left_before)))
+            .map_or(0, |n| n.min(left_before));
+        self.in_flight.fetch_sub(taken, Ordering::AcqRel);
         match failure {
             None => Ok(()),
             // A device panic traps, which kills the context: the record in the error buffer says where.

@@ -406,7 +406,7 @@ pub fn tp_decode_by<'t, E: From<VerifyError>>(
     let buffer = |len: usize| SymBuffer::<bf16>::new(team, len).map_err(VerifyError::from);
     let (mut x, mut w) = (buffer(tokens * k_local)?, buffer(k_local * hidden)?);
     let (mut residual, mut gamma, mut out) = (buffer(tokens * hidden)?, buffer(hidden)?, buffer(tokens * hidden)?);
-    let (xs, ws) = (fill(&mut x, seed)?, fill(&mut w, seed ^ 0x5EED)?);
+    let ws = fill(&mut w, seed ^ 0x5EED)?;
     // Residual and norm weights are the same on every rank (a replicated activation and parameter).
     let same = |buf: &mut SymBuffer<bf16>, s: u64| -> Result<Vec<bf16>, VerifyError> {
         let v: Vec<bf16> = pattern(s, 0, buf.len());
@@ -416,8 +416,12 @@ pub fn tp_decode_by<'t, E: From<VerifyError>>(
         Ok(v)
     };
     let (res, g) = (same(&mut residual, seed ^ 0xA11)?, same(&mut gamma, seed ^ 0xB22)?);
-    let expected = reference::tp_decode(&xs, &ws, &res, &g, (tokens, hidden, crate::TP_RMS_EPS));
     for round in 0..2 {
+        // New activations each round, and the output poisoned before it: a step that waited on a stale epoch,
+        // or wrote nothing, would leave the previous round's (correct) result or the poison behind.
+        let xs = fill(&mut x, seed.wrapping_add(round as u64))?;
+        out.fill(bf16::from_f32(f32::NAN)).map_err(VerifyError::from)?;
+        let expected = reference::tp_decode(&xs, &ws, &res, &g, (tokens, hidden, crate::TP_RMS_EPS));
         let inputs = crate::TpInputs { x: &x, w: &w, residual: &residual, gamma: &gamma };
         step(comm, &mut decode, inputs, &mut out)?;
         let what = format!("tensor-parallel decode {shape:?} {name} round {round}");
