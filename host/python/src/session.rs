@@ -479,13 +479,12 @@ impl Session {
         if let Some(world) = world {
             builder = builder.world(world);
         }
-        match &env {
-            Some(vars) => match JobEnv::from_lookup(|k| vars.get(k).cloned()) {
+        if let Some(vars) = &env {
+            match JobEnv::from_lookup(|k| vars.get(k).cloned()) {
                 Ok(Some(job)) => builder = builder.job(job),
                 Ok(None) => builder = builder.single_process(),
                 Err(e) => return Err(errors::runtime(py, e.into())),
-            },
-            None => {}
+            }
         }
         let team = Box::new(py.detach(|| builder.build()).map_err(|e| errors::runtime(py, e))?);
         // SAFETY: see `Inner::team`: the box outlives the communicator, which `Inner` drops first.
@@ -664,7 +663,7 @@ impl Session {
         let dtype = parse_dtype(py, dtype)?;
         let world = self.world(py)?;
         check_numel(py, "output", output.numel, input.numel)?;
-        if input.numel % world != 0 {
+        if !input.numel.is_multiple_of(world) {
             return Err(errors::input(
                 py,
                 "RequirementError",
@@ -730,7 +729,7 @@ impl Session {
             }
         };
         let world = self.world(py)?;
-        let k_local = if tokens == 0 { 0 } else { x.numel / tokens };
+        let k_local = x.numel.checked_div(tokens).unwrap_or(0);
         let shape = TpShape { tokens, hidden, k: k_local * world };
         for (argument, found, expected) in [
             ("x", x.numel, tokens * k_local),
