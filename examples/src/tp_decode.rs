@@ -6,7 +6,7 @@
 use ferrocomm::SymBuffer;
 use ferrocomm_device::bf16;
 use ferrocomm_kernels::verify::{self, pattern};
-use ferrocomm_kernels::{Communicator, Op, TpDecode, TpInputs, TpShape, TpVariant};
+use ferrocomm_kernels::{Communicator, Op, TP_RMS_EPS, TpDecode, TpInputs, TpShape, TpVariant, reference};
 
 use crate::ExampleError;
 use crate::all_reduce::GraphRuns;
@@ -185,7 +185,8 @@ fn run_step(
 }
 
 /// Verifies a decode step of `shape` by `variant` (`verify::tp_decode_by`), then times a graph of
-/// `runs.ops_per_graph` steps on the same buffers.
+/// `runs.ops_per_graph` steps on the same buffers, and verifies what the timed replays left: the output is
+/// poisoned before them, so replays that waited on a stale epoch or wrote nothing fail the check.
 pub fn step(
     comm: &mut Communicator<'_>,
     shape: TpShape,
@@ -207,8 +208,17 @@ pub fn step(
         }
         Ok(b)
     };
+    // Residual and norm weights are the same on every rank (a replicated activation and parameter).
+    let replicated = |len: usize, s: u64| -> Result<SymBuffer<bf16>, ExampleError> {
+        let mut b = SymBuffer::<bf16>::new(team, len)?;
+        for rank in team.local_ranks() {
+            b.copy_from_host(rank, &pattern::<bf16>(s, 0, len))?;
+        }
+        Ok(b)
+    };
     let (x, w) = (buf(shape.tokens * k_local, seed)?, buf(k_local * shape.hidden, seed + 1)?);
-    let (residual, gamma) = (buf(shape.tokens * shape.hidden, seed + 2)?, buf(shape.hidden, seed + 3)?);
+    let residual = replicated(shape.tokens * shape.hidden, seed + 2)?;
+    let gamma = replicated(shape.hidden, seed + 3)?;
     let mut out = SymBuffer::<bf16>::new(team, shape.tokens * shape.hidden)?;
     let ops = runs.ops_per_graph.max(1);
     // The capture takes the library's errors only; another library's failure ends it and is returned here.
@@ -230,7 +240,32 @@ pub fn step(
     if let Some(e) = failure {
         return Err(e);
     }
-    let timing = time_replays(&graph?, ops, runs.warmup, runs.replays)?;
+    let graph = graph?;
+    out.fill(bf16::from_f32(f32::NAN))?;
+    let timing = time_replays(&graph, ops, runs.warmup, runs.replays)?;
+    drop(graph);
+    let world = team.world();
+    let inputs = |s: u64, len: usize| (0..world).map(|r| pattern::<bf16>(s, r, len)).collect::<Vec<_>>();
+    let expected = reference::tp_decode(
+        &inputs(seed, shape.tokens * k_local),
+        &inputs(seed + 1, k_local * shape.hidden),
+        &pattern::<bf16>(seed + 2, 0, shape.tokens * shape.hidden),
+        &pattern::<bf16>(seed + 3, 0, shape.hidden),
+        (shape.tokens, shape.hidden, TP_RMS_EPS),
+    );
+    for rank in out.local_ranks() {
+        let found = out.to_host(rank)?;
+        let close = |e: &bf16, f: &bf16| (e.to_f32() - f.to_f32()).abs() <= e.to_f32().abs() / 64.0 + 1e-3;
+        if let Some(index) = expected.iter().zip(&found).position(|(e, f)| !close(e, f)) {
+            return Err(ExampleError::Mismatch {
+                what: format!("tensor-parallel decode {shape:?} {variant} after the timed replays"),
+                rank,
+                index,
+                expected: format!("{:?}", expected[index]),
+                found: format!("{:?}", found[index]),
+            });
+        }
+    }
     Ok(StepResult { shape, variant, timing })
 }
 

@@ -45,8 +45,10 @@ fn quickstart_runs_and_verifies_on_the_emulator() {
     for p in &report.ping_pongs {
         assert!(p.one_way_ns.is_some_and(|ns| ns > 0.0), "{p:?}");
     }
+    // `run_quickstart` returned: every result it reports was checked against the CPU reference (a mismatch
+    // is its error, above). The printed report says where it ran.
     let printed = format!("{}{report}", report.platform);
-    assert!(printed.contains("CPU emulator") && printed.contains("verified"), "{printed}");
+    assert!(printed.contains("CPU emulator"), "{printed}");
 }
 
 #[test]
@@ -157,13 +159,13 @@ fn tensor_parallel_gemv_verified_and_timed() {
     for tokens in [1, 6] {
         let shape = ferrocomm_kernels::TpShape { tokens, hidden: 72, k: 16 };
         let gemv = ok(ferrocomm_examples::tp_decode::gemv(&mut comm, shape, GraphRuns::EMULATOR, 3));
-        assert!(gemv.line().contains("verified") && !gemv.on_gpus, "{}", gemv.line());
+        // Each call below verifies before it returns (a mismatch is its error): `ok` fails the test on it.
+        assert!(!gemv.on_gpus, "{}", gemv.line());
         let all_reduce = ok(all_reduce_alone(&mut comm, shape, GraphRuns::EMULATOR, 5));
         let mut steps = Vec::new();
         for variant in [TpVariant::TwoKernels, TpVariant::Fused].map(StepVariant::Library) {
-            let r = ok(step(&mut comm, shape, variant, None, GraphRuns::EMULATOR, 4));
-            assert!(r.line().contains("verified"), "{}", r.line());
-            steps.push(r);
+            // Verified twice: one step on its own, and what the timed replays left in a poisoned output.
+            steps.push(ok(step(&mut comm, shape, variant, None, GraphRuns::EMULATOR, 4)));
         }
         let refused = step(&mut comm, shape, StepVariant::Nccl, None, GraphRuns::EMULATOR, 4);
         assert!(matches!(refused, Err(ExampleError::BadArgument(_))), "{refused:?}");
