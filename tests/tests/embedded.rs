@@ -220,12 +220,7 @@ fn caller_streams_memory_and_graphs_on_gpus() {
     let Some(team) = gpu_team("caller_streams_memory_and_graphs_on_gpus") else { return };
     let mut comm = Communicator::new(&team).unwrap();
     let mut stage = SymBuffer::<f32>::new(&team, *SIZES.iter().max().unwrap()).unwrap();
-    let trace = std::env::var_os("EMBEDDED_TRACE").is_some();
-    let started = Instant::now();
     for n in SIZES {
-        if trace {
-            eprintln!("{:?} n = {n}: eager", started.elapsed());
-        }
         let mut caller = Caller::new(&team, n);
         let (ins, outs) = (caller.addresses(&caller.inputs), caller.addresses(&caller.outputs));
 
@@ -248,9 +243,6 @@ fn caller_streams_memory_and_graphs_on_gpus() {
         }
         let graphs = CallerGraph::end_captures(&caller.streams);
         for round in 1..=100 {
-            if trace && round % 25 == 1 {
-                eprintln!("{:?} n = {n}: replay {round}", started.elapsed());
-            }
             caller.write_inputs(n, round);
             for g in &graphs {
                 g.launch();

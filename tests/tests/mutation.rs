@@ -1,14 +1,13 @@
-//! Mutation testing of the shipped kernels' memory ordering (`tools/mutate`, see the README's Testing
-//! section), in CI: two of the mutants the committed table (`kernels-rs/collectives/MUTANTS.md`) lists as
-//! killed by a named test, chosen by the commit's seed, must still be killed by that test — it passes on the
-//! unmutated tree first, then fails with a panic on each mutant (a hang, a crash, another test failing or
-//! a mutant that does not compile is no kill) — so a change to the kernels or the suite that stops catching
-//! an ordering bug turns CI red; and the table must name only sites the tool still finds, so it cannot go
-//! stale silently. The table's survivors are the suite's known gaps; the full run (`tools/mutate --report
-//! ...`) re-measures them.
+//! Mutation testing of the shipped kernels' memory ordering (`tools/mutate`, see docs/testing.md), in CI: two of the
+//! mutants the committed table (`kernels-rs/collectives/MUTANTS.md`) lists as killed by a named test, chosen by the
+//! commit's seed, must still be killed by that test — it passes on the unmutated tree first, then fails with a panic on
+//! each mutant (a hang, a crash, another test failing or a mutant that does not compile is no kill) — so a change to
+//! the kernels or the suite that stops catching an ordering bug turns CI red; and the table must name only sites the
+//! tool still finds, so it cannot go stale silently. The table's survivors are the suite's known gaps; the full run
+//! (`tools/mutate --report ...`) re-measures them.
 //!
-//! Both need cargo and python3, so they skip on the GPU machine (`FERROCOMM_ON_DEVICE=1`), and they skip
-//! while the table has not been written. `FERROCOMM_MUTATE_SEED=N` picks another sample than the commit's.
+//! Both need cargo and python3, so they skip on the GPU machine (`FERROCOMM_ON_DEVICE=1`), and they skip while the
+//! table has not been written. `FERROCOMM_MUTATE_SEED=N` picks another sample than the commit's.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
