@@ -6,7 +6,7 @@
 //!
 //! A panic is an error, not a crash: the handler records it (location and, where the message has no
 //! format arguments, the message), raises the team's abort word on every rank (see
-//! [`ErrorBuffer`](crate::abi::ErrorBuffer)) and ends its thread with PTX `exit`. Waits that see the word
+//! [`ErrorBuffer`]) and ends its thread with PTX `exit`. Waits that see the word
 //! end their threads too, so the launch ends promptly on every rank, the CUDA context stays usable, and the
 //! host reports a typed `KernelPanic`.
 

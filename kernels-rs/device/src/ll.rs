@@ -4,7 +4,7 @@
 //! launch; the sender writes it with one 16-byte `st.volatile.global.v4.b32`, the receiver polls it with
 //! `ld.volatile.global.v4.b32` until both flags equal the current one. The flag travels in the same store
 //! as its data, so no fence and no separate signal are needed. Flags come from [`ll_flag`] of a
-//! [`SignalPad::epoch`](crate::signal::SignalPad::epoch), so buffers are reused without resets: stale
+//! [`Session::epoch`](crate::signal::Session::epoch), so buffers are reused without resets: stale
 //! packets carry an older flag.
 //!
 //! In the emulator each 8-byte (data, flag) half is one relaxed atomic store and load, which is the

@@ -3,7 +3,7 @@
 //! the receiver waits with acquire loads (`ld.acquire.sys.u64`), after which the data is visible.
 //!
 //! Signals are monotonic counters: each launch adds to them and waits for `>=` the launch's target, so they
-//! never need a reset — see [`SignalPad::epoch`]. Every wait has a timeout (the launch context's
+//! never need a reset — see [`Session::epoch`]. Every wait has a timeout (the launch context's
 //! `timeout_ns`): on expiry it records who waited on what, and the thread ends cleanly (PTX `exit`).
 
 use core::panic::Location;

@@ -4,8 +4,8 @@
 //!
 //! | kernel | what |
 //! | --- | --- |
-//! | [`nvshmem_put_signal`] | every rank puts its `src` into slot `rank` of the next rank's `dst` with a signal, raises a second signal, waits for the previous rank's, and records which ranks loads and stores reach |
-//! | [`nvshmem_all_reduce_f32`] | a one-shot sum in one block: every rank puts its `data` into slot `rank` of every rank's `stage` with a signal, waits for all, sums |
+//! | [`nvshmem_put_signal()`] | every rank puts its `src` into slot `rank` of the next rank's `dst` with a signal, raises a second signal, waits for the previous rank's, and records which ranks loads and stores reach |
+//! | [`nvshmem_all_reduce_f32()`] | a one-shot sum in one block: every rank puts its `data` into slot `rank` of every rank's `stage` with a signal, waits for all, sums |
 //! | [`ops`] | the bench's operations (`ferrocomm bench --modes nvshmem`): put, ping-pong, all-gather, all-to-all and a one-shot all-reduce over many blocks, launched through [`host::NvshmemOps`] |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]

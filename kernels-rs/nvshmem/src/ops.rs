@@ -14,7 +14,7 @@
 //! its kernel starts): the peer's earlier kernels, which may still read the destination when its stream
 //! runs behind the sender's, are done with it. The ping-pong does this once per launch, the others once
 //! per launch and block; the all-reduce needs none (its stage's halves alternate, see
-//! [`nvshmem_all_reduce_sum`]).
+//! [`nvshmem_all_reduce_sum()`]).
 
 use ferrocomm_device::kernel;
 use ferrocomm_device::nvshmem;

@@ -52,7 +52,7 @@ pub struct WaitForReport {
     pub pending: Vec<PendingWait>,
     /// The last signal each rank and block raised in the launch (empty without trace mode).
     pub last_raised: Vec<LastRaised>,
-    /// The culprit, in words: "rank 1 block 3 never raised rank 0's `data`[3]; it is waiting on …".
+    /// The culprit, in words: "rank 1 block 3 never raised rank 0's `data`\[3\]; it is waiting on …".
     pub culprit: String,
 }
 

@@ -71,7 +71,7 @@ pub fn put_pattern(rank: usize, launch: usize, i: usize) -> u32 {
     (rank as u32 + 1) << 24 | (launch as u32 & 0xff) << 16 | (i as u32 & 0xffff)
 }
 
-/// The reference of [`crate::nvshmem_put_signal`]: rank `rank`'s `dst` after a launch in which every rank
+/// The reference of [`crate::nvshmem_put_signal()`]: rank `rank`'s `dst` after a launch in which every rank
 /// `q` sent `sources[q]` (slot `q` of rank `q + 1`; every other slot keeps `before`).
 pub fn put_signal_reference(rank: usize, sources: &[Vec<u32>], before: &[u32]) -> Vec<u32> {
     let world = sources.len();
@@ -82,7 +82,7 @@ pub fn put_signal_reference(rank: usize, sources: &[Vec<u32>], before: &[u32]) -
     dst
 }
 
-/// Launches [`crate::nvshmem_put_signal`] `launches` times with `len` elements per rank (new sources each
+/// Launches [`crate::nvshmem_put_signal()`] `launches` times with `len` elements per rank (new sources each
 /// time, on the same pad: its epochs carry on) and checks every local rank's `dst` after each, and that
 /// loads and stores reach every rank (true of every team these checks run on: the emulator's, and GPUs of
 /// one node).
@@ -122,7 +122,7 @@ pub fn all_reduce_reference(inputs: &[Vec<f32>]) -> Vec<f32> {
     (0..n).map(|i| inputs.iter().map(|v| v[i]).sum()).collect()
 }
 
-/// Launches [`crate::nvshmem_all_reduce_f32`] `launches` times on the same buffers and pad, each reducing
+/// Launches [`crate::nvshmem_all_reduce_f32()`] `launches` times on the same buffers and pad, each reducing
 /// the previous launch's result (so the stage's halves alternate), and checks every local rank's result
 /// after each against the reference.
 pub fn check_all_reduce(team: &Team, len: usize, threads: u32, launches: usize) -> Result<(), CheckError> {
