@@ -90,25 +90,17 @@ def time_graph(call, iters, trials):
     return out
 
 
-def time_eager_waited(call, iters, trials):
+def time_eager(call, iters, trials, wait_each):
+    """Host µs per call of ``iters`` calls: each waited for (``wait_each``), or back to back on the stream with
+    one wait at the end."""
     out = []
     for _ in range(trials):
         lockstep()
         t0 = time.perf_counter()
         for _ in range(iters):
             call()
-            torch.cuda.synchronize()
-        out.append((time.perf_counter() - t0) * 1e6 / iters)
-    return out
-
-
-def time_eager_stream(call, iters, trials):
-    out = []
-    for _ in range(trials):
-        lockstep()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            call()
+            if wait_each:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e6 / iters)
     return out
@@ -161,8 +153,8 @@ def main():
         iters = max(2, min(a.iters, (1 << 30) // max(nbytes, 1)))
         row = {
             "graph": median_of(time_graph(lambda: ferrocomm.all_reduce(sym), iters, a.trials)),
-            "eager": median_of(time_eager_waited(lambda: ferrocomm.all_reduce(sym), iters, a.trials)),
-            "eager-stream": median_of(time_eager_stream(lambda: ferrocomm.all_reduce(sym), iters, a.trials)),
+            "eager": median_of(time_eager(lambda: ferrocomm.all_reduce(sym), iters, a.trials, wait_each=True)),
+            "eager-stream": median_of(time_eager(lambda: ferrocomm.all_reduce(sym), iters, a.trials, wait_each=False)),
             "graph-staged": median_of(time_graph(lambda: ferrocomm.all_reduce(ordinary), iters, a.trials)),
         }
         row.update(symm_mem_series(nbytes, dtype, iters, a.trials))

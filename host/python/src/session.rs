@@ -92,14 +92,6 @@ impl std::fmt::Debug for Session {
     }
 }
 
-/// How to wait after an operation: in the caller's stream order (torch), or for the result (numpy on the
-/// emulator, which has no streams).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Completion {
-    InStream,
-    Wait,
-}
-
 impl Session {
     pub(crate) fn with<R>(&self, py: Python<'_>, f: impl FnOnce(&mut Inner) -> PyResult<R>) -> PyResult<R> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -133,10 +125,8 @@ impl Session {
                 let call = call();
                 py.detach(|| team.agree("a collective call", &call)).map_err(|e| errors::runtime(py, e))?;
             }
-            let completion = match &streams {
-                Some(_) => Completion::InStream,
-                None => Completion::Wait,
-            };
+            // Without the caller's streams to order it (numpy on the emulator), the call waits for its result.
+            let wait = streams.is_none();
             let binding = match streams {
                 // SAFETY: torch's (or the caller's) streams, alive while torch runs work on them.
                 Some(streams) => Some(
@@ -149,7 +139,7 @@ impl Session {
             };
             op(inner).map_err(|e| errors::comm(py, e))?;
             drop(binding);
-            if completion == Completion::Wait {
+            if wait {
                 py.detach(|| team.synchronize()).map_err(|e| errors::runtime(py, e))?;
             }
             Ok(())
@@ -191,13 +181,18 @@ impl Inner {
             .into());
         }
         let bytes = arg.numel * elem_bytes;
-        self.registry.retain(|w| w.upgrade().is_some());
-        for weak in &self.registry {
-            let Some(buf) = weak.upgrade() else { continue };
+        // One pass: dead entries are pruned while the live ones are searched.
+        let mut found = None;
+        self.registry.retain(|weak| {
+            let Some(buf) = weak.upgrade() else { return false };
             let whole = local.iter().zip(&arg.addrs).all(|(&r, &a)| buf.address(r).is_ok_and(|base| base == a));
-            if whole && bytes <= buf.len() {
-                return Ok(Place::Symmetric(buf));
+            if found.is_none() && whole && bytes <= buf.len() {
+                found = Some(buf);
             }
+            true
+        });
+        if let Some(buf) = found {
+            return Ok(Place::Symmetric(buf));
         }
         let parts = local
             .iter()
@@ -207,6 +202,11 @@ impl Inner {
             .map(|(&rank, &addr)| unsafe { team.caller_memory(rank, addr, bytes) })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Place::Caller(parts))
+    }
+
+    /// Where a call's `input` and `output` live.
+    fn in_out(&mut self, input: &Arg, output: &Arg, dtype: Dtype) -> Result<(Place, Place), CommError> {
+        Ok((self.place(input, dtype.bytes(), "input")?, self.place(output, dtype.bytes(), "output")?))
     }
 
     /// A symmetric buffer holding `bytes` of an argument while a kernel runs: the argument itself when it is
@@ -600,7 +600,7 @@ impl Session {
         let numel = input.numel;
         let call = move || format!("all_reduce({op:?}) of {} {dtype:?}", numel);
         self.operate(py, call, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
+            let (i, o) = inner.in_out(&input, &output, dtype)?;
             typed!(dtype, inner.all_reduce(&i, &o, input.numel, op))
         })
     }
@@ -621,7 +621,7 @@ impl Session {
         let numel = input.numel;
         let call = move || format!("all_gather of {} {dtype:?}", numel);
         self.operate(py, call, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
+            let (i, o) = inner.in_out(&input, &output, dtype)?;
             typed!(dtype, inner.all_gather(&i, &o, input.numel))
         })
     }
@@ -644,7 +644,7 @@ impl Session {
         let numel = input.numel;
         let call = move || format!("reduce_scatter({op:?}) of {} {dtype:?}", numel);
         self.operate(py, call, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
+            let (i, o) = inner.in_out(&input, &output, dtype)?;
             typed!(dtype, inner.reduce_scatter(&i, &o, output.numel, op))
         })
     }
@@ -674,7 +674,7 @@ impl Session {
         let numel = input.numel;
         let call = move || format!("all_to_all of {} {dtype:?}", numel);
         self.operate(py, call, streams, move |inner| {
-            let (i, o) = (inner.place(&input, dtype.bytes(), "input")?, inner.place(&output, dtype.bytes(), "output")?);
+            let (i, o) = inner.in_out(&input, &output, dtype)?;
             typed!(dtype, inner.all_to_all(&i, &o, input.numel))
         })
     }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::error::Error;
-use crate::team::{Team, TeamShared};
+use crate::team::TeamShared;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -36,17 +36,13 @@ impl<'a> LaunchGuard<'a> {
         LaunchGuard { team, started, launches, state: State::Pending }
     }
 
-    pub(crate) fn captured(team: &'a Team) -> LaunchGuard<'a> {
-        LaunchGuard::recorded(&team.shared)
-    }
-
     /// A guard for work a capture recorded (the team's, or the caller's).
     pub(crate) fn recorded(team: &'a TeamShared) -> LaunchGuard<'a> {
         LaunchGuard { team, started: Instant::now(), launches: 0, state: State::Captured }
     }
 
-    /// Whether this launch was recorded into a graph being captured — the team's ([`Team::capture`]) or the
-    /// caller's (see [`crate::stream`]) — so it has not run.
+    /// Whether this launch was recorded into a graph being captured — the team's
+    /// ([`Team::capture`](crate::Team::capture)) or the caller's (see [`crate::stream`]) — so it has not run.
     pub fn is_captured(&self) -> bool {
         self.state == State::Captured
     }
@@ -62,8 +58,9 @@ impl<'a> LaunchGuard<'a> {
     /// Leaves the launch to run in its streams' order without waiting for it here, as a framework's
     /// operators do (torch's eager ops return before their kernels run). The team still waits for it before
     /// the host next reads, writes or frees its memory, and its device errors come back from the next
-    /// [`Team::check_errors`], [`Team::synchronize`] or guard's wait. The borrows end now, which is sound
-    /// because every host access of the team's memory waits for the launches still in flight first.
+    /// [`Team::check_errors`](crate::Team::check_errors), [`Team::synchronize`](crate::Team::synchronize) or
+    /// guard's wait. The borrows end now, which is sound because every host access of the team's memory
+    /// waits for the launches still in flight first.
     pub fn leave_in_stream(mut self) {
         if self.state == State::Pending {
             self.team.left_in_stream.fetch_add(self.launches, Ordering::AcqRel);

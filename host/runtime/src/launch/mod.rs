@@ -18,7 +18,8 @@ pub use views::{ByteView, ByteViewMut, LaunchBytes};
 
 use crate::error::Error;
 use crate::module::KernelModule;
-use crate::team::{RankRef, Team};
+use crate::stream::Route;
+use crate::team::{RankRef, Team, TeamShared};
 
 /// Grid, block and dynamic shared memory of a launch (the same on every rank).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -166,28 +167,38 @@ impl Team {
         }
         let packs = team.local.iter().map(|&rank| params(&RankRef { team, rank })).collect::<Result<Vec<_>, _>>()?;
         let route = crate::stream::route(team)?;
-        let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
-        let capturing = route.recorded();
-        if !capturing {
-            team.in_flight.fetch_add(1, Ordering::AcqRel);
+        enqueue(team, &route, |recorded| team.exec.launch(team, kernel, cfg, packs, route.streams.as_deref(), recorded))
+    }
+}
+
+/// Queues one piece of work — a launch, or a copy (`memory::caller`) — with `queue` where `route` says, under
+/// the team's launch lock: counted in flight while it runs, or among the capture's launches when a capture
+/// records it (`queue` is told which). Returns its guard.
+pub(crate) fn enqueue<'a>(
+    team: &'a TeamShared,
+    route: &Route,
+    queue: impl FnOnce(bool) -> Result<(), Error>,
+) -> Result<LaunchGuard<'a>, Error> {
+    let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
+    let recorded = route.recorded();
+    if !recorded {
+        team.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+    match queue(recorded) {
+        Ok(()) if recorded => {
+            if route.team_capture {
+                team.captured_launches.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(LaunchGuard::recorded(team))
         }
-        let launched = team.exec.launch(team, kernel, cfg, packs, route.streams.as_deref(), capturing);
-        match launched {
-            Ok(()) if capturing => {
-                if route.team_capture {
-                    team.captured_launches.fetch_add(1, Ordering::AcqRel);
-                }
-                Ok(LaunchGuard::captured(self))
+        // The watchdog counts from the enqueue: a first launch JIT-compiles the module on every rank
+        // (seconds for a large module on a cold cache), which no kernel waits through.
+        Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
+        Err(e) => {
+            if !recorded {
+                team.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
-            // The watchdog counts from the enqueue: a first launch JIT-compiles the module on every rank
-            // (seconds for a large module on a cold cache), which no kernel waits through.
-            Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
-            Err(e) => {
-                if !capturing {
-                    team.in_flight.fetch_sub(1, Ordering::AcqRel);
-                }
-                Err(e)
-            }
+            Err(e)
         }
     }
 }

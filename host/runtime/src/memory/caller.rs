@@ -8,9 +8,6 @@
 //! host and a capture records the copies with the kernel.
 
 use std::mem::size_of;
-use std::sync::PoisonError;
-use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 use super::{DeviceCopy, SymBuffer};
 use crate::error::Error;
@@ -121,25 +118,6 @@ unsafe fn queue_copy(
     let slot = team.slot(rank)?;
     let route = crate::stream::route(team)?;
     let stream = route.streams.as_ref().map(|s| &s[slot]);
-    let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
-    let recorded = route.recorded();
-    if !recorded {
-        team.in_flight.fetch_add(1, Ordering::AcqRel);
-    }
     // SAFETY: the caller's contract.
-    match unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) } {
-        Ok(()) if recorded => {
-            if route.team_capture {
-                team.captured_launches.fetch_add(1, Ordering::AcqRel);
-            }
-            Ok(LaunchGuard::recorded(team))
-        }
-        Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
-        Err(e) => {
-            if !recorded {
-                team.in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
-            Err(e)
-        }
-    }
+    crate::launch::enqueue(team, &route, |recorded| unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) })
 }
