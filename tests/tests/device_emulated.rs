@@ -14,6 +14,8 @@ use ferrocomm_device::prelude::*;
 
 #[path = "device_emulated/bulk.rs"]
 mod bulk;
+#[path = "device_emulated/ordering.rs"]
+mod ordering;
 #[path = "device_emulated/reduce.rs"]
 mod reduce;
 #[path = "device_emulated/support.rs"]

@@ -270,6 +270,8 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
             }
         }
     });
+    // What the rank's threads made visible to their block or rank only, everyone sees once its grid ended.
+    session.veils.rank_ended(ctx.rank);
     finish.trapped = launch.is_trapped();
     let panics = launch.panics.load(Ordering::Relaxed);
     if panics > PRINTED_PANICS {

@@ -40,6 +40,7 @@ mod launch;
 pub mod schedule;
 mod team;
 pub(crate) mod thread;
+pub mod veil;
 mod warp;
 pub mod weak;
 
@@ -195,10 +196,14 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
 pub(crate) fn block_sync() {
     let t = thread::current();
     t.pauses.at_point();
-    // The barrier makes the thread's earlier stores visible to its block: they leave its buffer first.
-    weak::drain_all(&t);
+    // The barrier makes the thread's earlier stores visible to its block (a `.cta` release): they leave its
+    // buffer first.
+    weak::release(&t, check::Scope::Cta);
     match t.block.sync(&t.launch, check::deposit(&t)) {
-        Ok(joined) => check::leave_barrier(&t, joined),
+        Ok(joined) => {
+            check::leave_barrier(&t, joined);
+            weak::acquired(&t);
+        }
         Err(Trapped) => {
             drop(t);
             exit_thread();
@@ -229,7 +234,7 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
     t.pauses.at_point();
     if orders_memory {
         // As for a block barrier.
-        weak::drain_all(&t);
+        weak::release(&t, check::Scope::Cta);
     } else {
         weak::before_shuffle(&t);
     }
@@ -237,6 +242,7 @@ fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
     let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);
     if orders_memory && let Ok((_, joined)) = &result {
         check::leave_barrier(&t, joined.clone());
+        weak::acquired(&t);
     }
     drop(t);
     match result {

@@ -12,6 +12,7 @@ use super::block::lock;
 use super::check::{Checker, Geometry, History};
 use super::launch::{self, check_dims};
 use super::schedule;
+use super::veil::Veils;
 use crate::abi::LaunchCtx;
 
 /// Whether launches are checked unless told otherwise: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off`
@@ -44,6 +45,8 @@ pub(crate) struct Session {
     pub(crate) seed: u64,
     /// Whether the threads buffer their weak and relaxed stores (see `weak`).
     pub(crate) weak: bool,
+    /// The stores some threads of the launch see and others do not yet (see `veil`).
+    pub(crate) veils: Veils,
     /// Counts every thread start and end, when someone watches the launch's progress.
     progress: OnceLock<Arc<AtomicU64>>,
     ranks: Mutex<Ranks>,
@@ -81,6 +84,7 @@ impl Session {
             checker,
             seed,
             weak,
+            veils: Veils::default(),
             progress,
             ranks: Mutex::new(ranks),
         }

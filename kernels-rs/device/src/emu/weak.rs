@@ -7,17 +7,27 @@
 //!
 //! | event of the thread | what leaves its buffer |
 //! | --- | --- |
-//! | a release store or release read-modify-write (any scope), a fence (`acq_rel` or `sc`, any scope), `sync_threads`, `sync_warp` | everything, oldest first, before the event |
-//! | a warp shuffle (where the lane may wait for the others) | everything, in random order |
-//! | a read-modify-write or a load of a different width that overlaps a buffered store | the overlapping stores |
-//! | more than [`CAPACITY`] buffered stores | the oldest |
-//! | the thread's end (exit, timeout, trap) | everything |
-//! | seeded random points: its buffered stores, its atomics and weak loads while it holds stores, `nanosleep` | a random subset, in random order |
+//! | a `.sys` release store or read-modify-write, a `.sys` fence (`acq_rel` or `sc`) | everything, oldest first, before the event, to every thread; and the veils it could have observed lift |
+//! | a `.gpu` release or fence | everything, oldest first, visible to the threads of its rank only; veils of its block it could have observed widen to its rank |
+//! | a `.cta` fence, `sync_threads`, `sync_warp` | everything, oldest first, visible to the threads of its block only |
+//! | a warp shuffle (where the lane may wait for the others) | everything, in random order, visible to its block |
+//! | a read-modify-write or a load of a different width that overlaps a buffered store | the overlapping stores, to every thread |
+//! | more than [`CAPACITY`] buffered stores | the oldest, to every thread |
+//! | the thread's end (exit, timeout, trap) | everything, to every thread |
+//! | seeded random points: its buffered stores, its atomics and weak loads while it holds stores, `nanosleep` | a random subset, in random order, to every thread |
 //!
-//! So two relaxed stores to different addresses may become visible in either order, and a reader that
-//! polls a relaxed flag can see the flag before the data; a release drains first, so an acquire that reads
-//! a release-published value sees everything the releaser had stored before it (and, through barriers,
-//! what its block had). Per address the buffer is coherent: a store to an address already buffered with
+//! A store visible to a block or a rank only is in memory with a **veil** ([`veil`]): a tracked load by a
+//! thread outside that scope reads the value it replaced, until a `.sys` release of a thread that could have
+//! observed it, the end of its rank's grid, a newer write of its bytes, or a seeded random read from
+//! outside lifts it. So two relaxed stores to different addresses may become visible in either order, and
+//! a reader that polls a relaxed flag can see the flag before the data; a release makes its thread's
+//! stores visible to its scope first, so an acquire that reads a release-published value sees everything
+//! the releaser had stored before it (and, through barriers, what its block had) when the reader is inside
+//! the release's scope — and may read stale data when it is not: a release narrowed from `.sys` to `.gpu`
+//! or `.cta` shows in the data. What a thread could have observed is what was visible to it at its last
+//! acquire (a load or read-modify-write with acquire, a fence, a barrier), which covers every chain of
+//! releases and acquires (PTX's cumulativity): a barrier and then thread 0's `.sys` signal publish the
+//! whole block's stores. Per address the buffer is coherent: a store to an address already buffered with
 //! the same width replaces it, an overlapping store of another width drains the old one first, and the
 //! thread's own weak and atomic loads read its buffered value (store forwarding).
 //!
@@ -37,7 +47,7 @@
 //! at the thread's own events, so a thread whose sequence of events does not depend on other threads (no
 //! polls of another thread's flag) makes the same decisions for the same seed; a poll loop draws once per
 //! poll, and how many polls it takes is up to the host's scheduler. `FERROCOMM_EMU_WEAK=0` turns the
-//! buffers off (every store goes to memory at once, as before).
+//! buffers off (every store goes to memory at once, visible to every thread, as before).
 
 use std::cell::{Cell, RefCell};
 use std::sync::OnceLock;
@@ -45,6 +55,7 @@ use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering::Rel
 
 use super::check::{self, Scope};
 use super::thread::{self, ThreadState};
+use super::veil::{self, Veils, Within};
 
 /// The environment variable that turns the store buffers off (`0`, `off` or `false`).
 pub const WEAK_VARIABLE: &str = "FERROCOMM_EMU_WEAK";
@@ -87,6 +98,8 @@ pub(crate) struct StoreBuffer {
     /// copying its share holds at most its last [`CAPACITY`] stores of up to 16 bytes, `n * 16` bytes apart,
     /// so earlier ones would have been drained as the oldest anyway and go to memory at once.
     tail: usize,
+    /// The launch's veil sequence at the thread's last acquire: the veils it may have observed.
+    seen: Cell<u64>,
 }
 
 /// SplitMix64's finaliser.
@@ -105,7 +118,14 @@ impl StoreBuffer {
         // A salt keeps this stream apart from the pauses drawn from the same seed and indices.
         let state = mix(seed ^ 0x5EED_5708_EB0F_FE25 ^ mix(who.wrapping_add(0x9E37_79B9_7F4A_7C15)));
         let tail = CAPACITY * 16 * block_threads as usize;
-        StoreBuffer { on, entries: RefCell::new(Vec::new()), rng: Cell::new(state), window: Cell::new((0, 0)), tail }
+        StoreBuffer {
+            on,
+            entries: RefCell::new(Vec::new()),
+            rng: Cell::new(state),
+            window: Cell::new((0, 0)),
+            tail,
+            seen: Cell::new(0),
+        }
     }
 
     fn draw(&self) -> u64 {
@@ -141,24 +161,83 @@ impl StoreBuffer {
     }
 }
 
-/// Writes `e` to memory (through the checker for an atomic store, which publishes it there).
+/// Stores `e`'s value in memory.
+fn store(e: &Entry) {
+    // SAFETY: the address was valid and aligned for `width` bytes when the store was issued, and stays so
+    // until the thread ends (memory of the launch), which drains first.
+    unsafe {
+        match e.width {
+            8 => AtomicU64::from_ptr(e.addr as *mut u64).store(e.value, Relaxed),
+            4 => AtomicU32::from_ptr(e.addr as *mut u32).store(e.value as u32, Relaxed),
+            2 => AtomicU16::from_ptr(e.addr as *mut u16).store(e.value as u16, Relaxed),
+            _ => AtomicU8::from_ptr(e.addr as *mut u8).store(e.value as u8, Relaxed),
+        }
+    }
+}
+
+/// The veils of `t`'s team launch.
+fn veils(t: &ThreadState) -> &Veils {
+    &t.launch.session().veils
+}
+
+/// Who `t` is, as veils record their writers.
+fn writer(t: &ThreadState) -> u64 {
+    veil::writer_id(t.launch.ctx.rank, t.linear_block, t.linear_tid)
+}
+
+/// Writes `e` to memory, visible to every thread (through the checker for an atomic store, which
+/// publishes it there): the newest value of its bytes, so veils over them lift.
 fn write(t: &ThreadState, e: Entry) {
     let store = || {
-        // SAFETY: the address was valid and aligned for `width` bytes when the store was issued, and stays
-        // so until the thread ends (memory of the launch), which drains first.
-        unsafe {
-            match e.width {
-                8 => AtomicU64::from_ptr(e.addr as *mut u64).store(e.value, Relaxed),
-                4 => AtomicU32::from_ptr(e.addr as *mut u32).store(e.value as u32, Relaxed),
-                2 => AtomicU16::from_ptr(e.addr as *mut u16).store(e.value as u16, Relaxed),
-                _ => AtomicU8::from_ptr(e.addr as *mut u8).store(e.value as u8, Relaxed),
-            }
-        }
+        veils(t).overwrite(e.addr, e.addr + e.width);
+        store(&e);
     };
     match e.atomic {
         Some(scope) => check::drained_store(t, e.addr, scope, store),
         None => store(),
     }
+}
+
+/// Writes `e` to memory visible to the threads `within` only (see [`veil`]).
+fn reveal(t: &ThreadState, e: Entry, within: Within) {
+    let store = || veils(t).publish((e.addr, e.width, e.value), within, writer(t), || store(&e));
+    match e.atomic {
+        Some(scope) => check::drained_store(t, e.addr, scope, store),
+        None => store(),
+    }
+}
+
+/// A release of `scope` by `t` (a release store or read-modify-write, the release half of a fence; a
+/// block barrier or `sync_warp` is one of `.cta`): its buffered stores become visible to the threads of
+/// that scope, oldest first — to every thread for `.sys` — and so do the veils it could have observed.
+pub(crate) fn release(t: &ThreadState, scope: Scope) {
+    if !t.weak.on {
+        return;
+    }
+    let at = check::place(t);
+    veils(t).release(scope, at, writer(t), t.weak.seen.get());
+    if scope == Scope::Sys {
+        drain_all(t);
+    } else if !t.weak.is_empty() {
+        let within = Within::of(scope, at);
+        for e in t.weak.take(|_| true) {
+            reveal(t, e, within);
+        }
+    }
+}
+
+/// `t` acquired (an acquire load or read-modify-write, a fence, a barrier): a release of its own from now
+/// on carries what was visible to it so far.
+pub(crate) fn acquired(t: &ThreadState) {
+    if t.weak.on {
+        t.weak.seen.set(veils(t).now());
+    }
+}
+
+/// A fence of `scope` (`acq_rel` or `sc`) by `t`: an acquire, then a release.
+pub(crate) fn fence(t: &ThreadState, scope: Scope) {
+    acquired(t);
+    release(t, scope);
 }
 
 /// Drains every buffered store of `t`, oldest first.
@@ -194,12 +273,17 @@ fn random_drain(t: &ThreadState, odds: u64) {
 /// Writes `entries` (taken from `t`'s buffer) to memory in an order drawn from `t`'s stream (Fisher-Yates):
 /// they become visible in an order of their own.
 fn write_in_random_order(t: &ThreadState, mut entries: Vec<Entry>) {
+    shuffle(t, &mut entries);
+    for e in entries {
+        write(t, e);
+    }
+}
+
+/// Puts `entries` in an order drawn from `t`'s stream (Fisher-Yates).
+fn shuffle(t: &ThreadState, entries: &mut [Entry]) {
     for i in (1..entries.len()).rev() {
         let j = (t.weak.draw() % (i as u64 + 1)) as usize;
         entries.swap(i, j);
-    }
-    for e in entries {
-        write(t, e);
     }
 }
 
@@ -243,6 +327,9 @@ pub(crate) fn weak_store(addr: usize, width: usize, value: u64) -> bool {
         let inside = t.weak.on && lo <= addr && addr + width <= hi && hi - addr <= t.weak.tail;
         if inside {
             buffer(t, addr, width, value, None);
+        } else {
+            // The caller stores to memory now: the newest value of these bytes.
+            veils(t).overwrite(addr, addr + width);
         }
         inside
     })
@@ -262,11 +349,23 @@ pub(crate) fn packet_store(addr: usize, value: u64) -> bool {
     .unwrap_or(false)
 }
 
-/// A weak load of `width` bytes at `addr`: `Some` with the thread's own buffered value (forwarding); `None`
-/// when the caller loads from memory (after overlapping stores of other widths drained).
+/// A weak load of `width` bytes at `addr`: `Some` with the thread's own buffered value (forwarding) or the
+/// value a veil shows it; `None` when the caller loads from memory (after overlapping stores of other widths
+/// drained).
 #[inline]
 pub(crate) fn weak_load(addr: usize, width: usize) -> Option<u64> {
-    thread::with_current(|t| forward(t, addr, width)).flatten()
+    thread::with_current(|t| forward(t, addr, width).or_else(|| veiled(t, addr, width))).flatten()
+}
+
+/// What `t` reads at `addr` if a veil decides it (a store made visible to a scope `t` is outside of shows
+/// its old value); `None`: memory.
+#[inline]
+pub(crate) fn veiled(t: &ThreadState, addr: usize, width: usize) -> Option<u64> {
+    let veils = veils(t);
+    if !veils.active() {
+        return None;
+    }
+    veils.read(addr, width, check::place(t), || t.weak.draw())
 }
 
 /// The thread's own buffered value of the `width` bytes at `addr`, if it holds exactly that store; drains
@@ -304,20 +403,32 @@ pub(crate) fn before_rmw(t: &ThreadState, addr: usize, width: usize) {
     drain_overlapping(t, addr, addr + width);
 }
 
+/// Before an atomic store or read-modify-write of `width` bytes at `addr` that goes to memory now: it
+/// writes the newest value there, so veils over those bytes lift.
+pub(crate) fn before_write(t: &ThreadState, addr: usize, width: usize) {
+    veils(t).overwrite(addr, addr + width);
+}
+
 /// An atomic access that is only a scheduling point here (a random drain while the thread holds stores).
 pub(crate) fn at_point(t: &ThreadState) {
     random_drain(t, 8);
 }
 
-/// A warp shuffle, where the thread may wait for its warp's other lanes: every buffered store drains, in
-/// random order. A GPU makes a thread's stores visible eventually even while it waits; a buffer that kept
-/// them across the wait would hang a lane polling for them (an LL packet another lane of the block wrote).
+/// A warp shuffle, where the thread may wait for its warp's other lanes: every buffered store becomes
+/// visible to the thread's block, in random order. A GPU makes a thread's stores visible eventually even
+/// while it waits; a buffer that kept them across the wait would hang a lane polling for them (an LL
+/// packet another lane of the block wrote). Threads outside the block see them when a veil's seeded
+/// random lift or a release lets them.
 pub(crate) fn before_shuffle(t: &ThreadState) {
     if t.weak.is_empty() {
         return;
     }
-    let all = t.weak.take(|_| true);
-    write_in_random_order(t, all);
+    let mut all = t.weak.take(|_| true);
+    shuffle(t, &mut all);
+    let within = Within::of(Scope::Cta, check::place(t));
+    for e in all {
+        reveal(t, e, within);
+    }
 }
 
 /// `nanosleep`: a sleeping thread's stores drain now and then, so a poll loop never waits on its own

@@ -24,9 +24,10 @@
 //!
 //! so a `.cta` fence before a signal that another block or rank waits on, or a `.gpu` release that another
 //! rank acquires, leaves the reader's later reads unordered, and they are reported. The emulator's store
-//! buffers (`emu::weak`) make the same mistakes show as stale data where the checker is off: every release
-//! drains its thread's buffer whatever its scope (simple and sound: draining early is always allowed), so
-//! it is the checker, not the data, that tells a scope too narrow.
+//! buffers (`emu::weak`) make the same mistakes show as stale data where the checker is off, scopes
+//! included: a release makes its thread's stores visible to the threads of its scope only (`emu::veil`),
+//! so a reader outside it may read the old values whatever it acquired. The acquire's scope is the
+//! checker's alone: the data does not show an acquire narrower than the release it reads.
 //!
 //! Tracked accesses are the device library's: puts and gets (every variant; a cooperative copy is checked
 //! and recorded whole for the thread that speaks for its group, and sampled at each other thread's
@@ -60,7 +61,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use atomics::{AtomicOp, Scope};
+pub(crate) use atomics::{AtomicOp, Place, Scope};
 pub(crate) use clock::{Clock, Deposit, join_deposits};
 pub(crate) use history::History;
 use report::Finding;
@@ -71,7 +72,7 @@ use super::block::lock;
 use super::thread::{self, ThreadState};
 use super::weak;
 use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck, ThreadRef};
-use atomics::{Place, Pub, SyncVar};
+use atomics::{Pub, SyncVar};
 use clock::{Layout, Stamp, ThreadClock, join_into};
 use epochs::PadLogs;
 use shadow::Conflict;
@@ -101,7 +102,7 @@ impl Hasher for AddrHasher {
 }
 
 /// A map keyed by address.
-type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+pub(crate) type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 
 /// The checker's state of one team launch, shared by every thread of every rank.
 #[derive(Debug)]
@@ -369,7 +370,7 @@ fn with<R>(f: impl FnOnce(&Checker, &ThreadState, &mut ThreadCheck) -> R) -> Opt
 }
 
 /// Where thread `t` is, as scopes see it.
-fn place(t: &ThreadState) -> Place {
+pub(crate) fn place(t: &ThreadState) -> Place {
     Place { rank: t.launch.ctx.rank, block: t.linear_block }
 }
 
@@ -377,9 +378,15 @@ fn releases(o: Ordering) -> bool {
     matches!(o, Ordering::Release | Ordering::AcqRel | Ordering::SeqCst)
 }
 
+fn acquires(o: Ordering) -> bool {
+    matches!(o, Ordering::Acquire | Ordering::AcqRel | Ordering::SeqCst)
+}
+
 /// An atomic access `op` of scope `scope` to the `size_of::<T>()` bytes at `addr`, performed by `f`: the
-/// thread's store buffer drains as the access needs (everything before a release, the same bytes before a
-/// read-modify-write) or forwards the thread's own buffered value to a load; then the checker follows it.
+/// thread's store buffer drains as the access needs (its stores become visible to the release's scope
+/// before a release, the same bytes reach memory before a read-modify-write) or forwards the thread's own
+/// buffered value to a load, and a veil may show a load an older value (see `emu::veil`); then the checker
+/// follows it.
 #[inline]
 pub(crate) fn atomic<T>(addr: usize, op: AtomicOp, scope: Scope, f: impl FnOnce() -> T) -> T
 where
@@ -388,24 +395,51 @@ where
     let Some(t) = thread::try_current() else { return f() };
     t.pauses.at_point();
     let width = std::mem::size_of::<T>();
+    let acquire = match op {
+        AtomicOp::Load(o) | AtomicOp::Rmw(o) => acquires(o),
+        AtomicOp::Cas { success, failure, .. } => acquires(success) || acquires(failure),
+        AtomicOp::Store(_) => false,
+    };
     match op {
         AtomicOp::Load(_) => {
             if let Some(v) = weak::forward(&t, addr, width).and_then(|v| T::try_from(v).ok()) {
                 // The thread reads its own store, not yet visible to others: nothing to synchronise with.
                 return v;
             }
+            if let Some(v) = weak::veiled(&t, addr, width).and_then(|v| T::try_from(v).ok()) {
+                // A value older than memory's, whose publication the checker no longer holds: the reader
+                // learns nothing from it (it polls again, or reads unordered).
+                if acquire {
+                    weak::acquired(&t);
+                }
+                return v;
+            }
         }
-        AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => weak::drain_all(&t),
+        AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => {
+            weak::release(&t, scope);
+            weak::before_rmw(&t, addr, width);
+        }
         AtomicOp::Store(_) => weak::at_point(&t),
         AtomicOp::Rmw(_) | AtomicOp::Cas { .. } => {
             weak::before_rmw(&t, addr, width);
             weak::at_point(&t);
         }
     }
-    let (Some(checker), Some(cell)) = (t.launch.checker(), t.check.as_ref()) else { return f() };
-    let mut tc = cell.borrow_mut();
-    let var = checker.syncvar(&mut tc, addr);
-    var.run(&mut tc, (addr, scope, place(&t)), op, f)
+    if !matches!(op, AtomicOp::Load(_)) {
+        weak::before_write(&t, addr, width);
+    }
+    let v = match (t.launch.checker(), t.check.as_ref()) {
+        (Some(checker), Some(cell)) => {
+            let mut tc = cell.borrow_mut();
+            let var = checker.syncvar(&mut tc, addr);
+            var.run(&mut tc, (addr, scope, place(&t)), op, f)
+        }
+        _ => f(),
+    };
+    if acquire {
+        weak::acquired(&t);
+    }
+    v
 }
 
 /// A store of scope `scope` and ordering `o` of `value` (`width` bytes) at `addr`, performed by `f` when it
@@ -453,11 +487,11 @@ pub(crate) fn drained_store(t: &ThreadState, addr: usize, scope: Scope, f: impl 
     });
 }
 
-/// An acquire-release fence of scope `scope`: the thread's buffered stores drain first; a system-scope one
-/// also completes this thread's non-blocking puts.
+/// An acquire-release fence of scope `scope`: the thread's buffered stores become visible to the scope
+/// first; a system-scope one also completes this thread's non-blocking puts.
 pub(crate) fn fence(scope: Scope) {
     if let Some(t) = thread::try_current() {
-        weak::drain_all(&t);
+        weak::fence(&t, scope);
     }
     with(|checker, t, tc| {
         let me = place(t);
