@@ -25,7 +25,12 @@
 //! barrier's phase is waited on, a store group reads its source at [`bulk_wait_read`] and writes its
 //! destination at [`bulk_wait`]. A kernel that reuses a stage before its store read it, or publishes data
 //! before the store completed, reads stale bytes in the emulator's tests; a store still in flight when its
-//! thread ends is an error (its shared memory is gone).
+//! thread ends is an error (its shared memory is gone). The emulated async proxy sees the threads' writes
+//! to shared memory only through `fence.proxy.async.shared::cta` (each writer's, then a block barrier
+//! before another thread's bulk store): a store of a stage written without it copies stale bytes. An
+//! mbarrier whose `expect_tx` bytes are fewer than its loads bring completes with the rest of them still in
+//! flight; one whose bytes are more never completes, and the emulator ends the launch with a panic that
+//! says so once the wait has outlasted the launch's timeout.
 //!
 //! On sm_80 (and any build without sm_90) [`BulkCopier`] copies with the block's loads and stores instead;
 //! the intrinsics themselves exist only where the PTX allows them, and in the emulator.

@@ -1,7 +1,8 @@
 //! Memory fences, scope and strength in the name. On the host each maps to `std::sync::atomic::fence` of
-//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`), drains the thread's store buffer (see
-//! `emu::weak`), and tells the emulator's checker with its scope (a system-scope fence is also what
-//! completes non-blocking puts: `quiet`).
+//! the same strength (`acq_rel` → `AcqRel`, `sc` → `SeqCst`), makes the thread's buffered stores visible to
+//! the threads of its scope (see `emu::weak`), and tells the emulator's checker with its scope (a
+//! system-scope fence is also what completes non-blocking puts: `quiet`). The proxy fences
+//! (`fence.proxy.async*`) order against the TMA's async proxy, which the emulator models (`emu::bulk`).
 
 #[cfg(target_arch = "nvptx64")]
 use core::arch::asm;
@@ -50,9 +51,9 @@ fence_fn!(
 );
 
 /// `fence.proxy.async`: orders this thread's generic-proxy accesses (ordinary loads and stores) against the
-/// async proxy (TMA bulk copies). It needs sm_90 and PTX 8.0: build the kernels crate with
-/// `-Ctarget-feature=+ptx80` for sm_90, or ptxas rejects the module. The emulator has no async proxy and
-/// only stops the compiler from moving accesses across it.
+/// async proxy (TMA bulk copies), in every state space. It needs sm_90 and PTX 8.0: build the kernels crate
+/// with `-Ctarget-feature=+ptx80` for sm_90, or ptxas rejects the module. In the emulator it does what
+/// [`fence_proxy_async_global`] and [`fence_proxy_async_shared_cta`] do.
 #[inline(always)]
 pub fn fence_proxy_async() {
     #[cfg(target_arch = "nvptx64")]
@@ -62,15 +63,19 @@ pub fn fence_proxy_async() {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
+        crate::emu::bulk::proxy_fence(true, true);
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
     }
 }
 
 /// One proxy fence between the generic proxy and the async proxy (TMA) over one state space: the literal
-/// `asm!` on sm_90, where the async proxy exists; nothing on older GPUs, which have none. In the emulator it
-/// drains the thread's store buffer, so the emulated TMA sees the thread's earlier stores.
+/// `asm!` on sm_90, where the async proxy exists; nothing on older GPUs, which have none. In the emulator
+/// (`emu::bulk`) the global one drains the thread's store buffer, so the emulated TMA's loads see the
+/// thread's earlier stores, and the shared one hands the block's shared-memory writes to the emulated
+/// async proxy, which bulk stores read — for the thread's own later bulk copies at once, for the block's
+/// after its next barrier.
 macro_rules! proxy_fence_fn {
-    ($(#[$doc:meta])* $name:ident, $asm:literal) => {
+    ($(#[$doc:meta])* $name:ident, $global:literal, $shared:literal, $asm:literal) => {
         $(#[$doc])*
         #[inline(always)]
         pub fn $name() {
@@ -81,9 +86,7 @@ macro_rules! proxy_fence_fn {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                if let Some(t) = crate::emu::thread::try_current() {
-                    crate::emu::weak::drain_all(&t);
-                }
+                crate::emu::bulk::proxy_fence($global, $shared);
                 core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
             }
         }
@@ -94,10 +97,10 @@ proxy_fence_fn!(
     /// `fence.proxy.async.global`: orders this thread's generic accesses of global memory against bulk
     /// copies (TMA) of it — before a bulk load of data this thread (or, after a barrier, its block) wrote,
     /// and after a completed bulk store, before the release that publishes it.
-    fence_proxy_async_global, "fence.proxy.async.global;"
+    fence_proxy_async_global, true, false, "fence.proxy.async.global;"
 );
 proxy_fence_fn!(
     /// `fence.proxy.async.shared::cta`: the same for this block's shared memory — after initialising an
     /// mbarrier the TMA completes on, or writing a stage a bulk store reads.
-    fence_proxy_async_shared_cta, "fence.proxy.async.shared::cta;"
+    fence_proxy_async_shared_cta, false, true, "fence.proxy.async.shared::cta;"
 );

@@ -5,6 +5,7 @@
 
 use ferrocomm_device::bulk::{self, BulkCopier, SharedAddr, bulk_staging_bytes};
 use ferrocomm_device::emu::EmuError;
+use ferrocomm_device::fence::fence_proxy_async_shared_cta;
 use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
@@ -117,11 +118,13 @@ fn a_bulk_store_lands_only_when_its_group_is_waited_for() {
 #[test]
 fn a_stage_rewritten_before_its_store_read_it_lands_rewritten() {
     let (_, end, result) = raw_stream(32, |stage, _, bytes| {
-        // Rewrites the stage the committed store has not been waited on to read (a bug on a GPU too).
+        // Rewrites the stage the committed store has not been waited on to read (a bug on a GPU too), and
+        // fences so the async proxy may see the new bytes.
         for i in 0..bytes {
             // SAFETY: a byte of the block's stage.
             unsafe { ((stage.addr() + i) as *mut u8).write_volatile(0x11) };
         }
+        fence_proxy_async_shared_cta();
         bulk::bulk_wait::<0>();
         0
     });

@@ -8,7 +8,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
+use ferrocomm_device::bulk;
 use ferrocomm_device::emu::{EmuError, TeamLaunch};
+use ferrocomm_device::fence::{fence_proxy_async, fence_proxy_async_global, fence_proxy_async_shared_cta};
+use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;
 
 use super::support::{Sym, TIMEOUT_NS, arg, pad};
@@ -284,4 +287,151 @@ fn a_release_carries_what_its_thread_acquired_from_a_narrower_one() {
         assert_eq!(relay(Publish::ReleaseSys), 0, "launch {n}");
     }
     assert!((0..WEAK_LAUNCHES).any(|_| relay(Publish::ReleaseGpu) > 0), "a `.gpu` relay never read stale data");
+}
+
+/// How the writers of a stage hand it to the async proxy before thread 0's bulk store reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProxyFence {
+    /// `fence.proxy.async.shared::cta` by every writer (the protocol).
+    SharedCta,
+    /// `fence.proxy.async` (every state space) by every writer.
+    Generic,
+    /// `fence.proxy.async.global`: the wrong state space.
+    Global,
+    /// No proxy fence.
+    None,
+}
+
+/// Threads that write the stage.
+const STAGE_WRITERS: usize = 4;
+/// Bytes each writes.
+const STAGE_SHARE: usize = 32;
+/// Rounds per launch, each into its own part of the destination.
+const ROUNDS: usize = 2;
+
+/// Byte `i` of round `round`'s stage.
+fn stage_byte(round: usize, i: usize) -> u8 {
+    (i as u8).wrapping_mul(7).wrapping_add(round as u8 * 64 + 1)
+}
+
+/// Each round, every thread writes its share of a shared-memory stage with generic stores, fences as
+/// `fence` says, and the block meets at a barrier; thread 0 bulk-stores the stage to global memory and
+/// waits for it. Returns the destination's bytes that differ from what the threads wrote.
+fn stage_through_the_async_proxy(fence: ProxyFence) -> usize {
+    let stage_bytes = STAGE_WRITERS * STAGE_SHARE;
+    let dst = Sym::new(1, ROUNDS * stage_bytes, 0, |_, _| 0xEEu8);
+    let dst_sl = dst.slice(0);
+    launch_ok(1, [1, 1, 1], [STAGE_WRITERS as u32, 1, 1], stage_bytes, false, &|| {
+        let dst: &mut [u8] = arg(dst_sl);
+        let t = thread_rank() as usize;
+        let (stage, _) = bulk::dynamic_shared_window();
+        for round in 0..ROUNDS {
+            for i in t * STAGE_SHARE..(t + 1) * STAGE_SHARE {
+                // SAFETY: this thread's share of the stage, which no bulk store reads now (the last one was
+                // waited for before the barrier that ended the previous round).
+                unsafe { ((stage.addr() + i) as *mut u8).write_volatile(stage_byte(round, i)) };
+            }
+            match fence {
+                ProxyFence::SharedCta => fence_proxy_async_shared_cta(),
+                ProxyFence::Generic => fence_proxy_async(),
+                ProxyFence::Global => fence_proxy_async_global(),
+                ProxyFence::None => {}
+            }
+            sync_threads();
+            if t == 0 {
+                // SAFETY: the round's part of the destination, a 16-byte aligned kernel argument of
+                // `stage_bytes` bytes; the stage is the launch's dynamic shared memory, 16-byte aligned.
+                unsafe {
+                    let to = GlobalPtr::from_generic(dst.as_mut_ptr()).byte_add(round * stage_bytes);
+                    bulk::bulk_store(to, stage, stage_bytes as u32);
+                    bulk::bulk_commit();
+                    bulk::bulk_wait::<0>();
+                }
+            }
+            sync_threads();
+        }
+    });
+    let got = dst.copy(0);
+    (0..ROUNDS * stage_bytes).filter(|&i| got[i] != stage_byte(i / stage_bytes, i % stage_bytes)).count()
+}
+
+#[test]
+fn a_bulk_store_sees_shared_memory_its_writers_fenced_for_the_async_proxy() {
+    for fence in [ProxyFence::SharedCta, ProxyFence::Generic] {
+        for n in 0..CORRECT_LAUNCHES {
+            let wrong = stage_through_the_async_proxy(fence);
+            assert_eq!(wrong, 0, "{fence:?}: {wrong} wrong byte(s) in launch {n}");
+        }
+    }
+}
+
+#[test]
+fn a_bulk_store_of_shared_memory_written_without_a_proxy_fence_copies_stale_bytes() {
+    for fence in [ProxyFence::None, ProxyFence::Global] {
+        assert!(
+            (0..WEAK_LAUNCHES).any(|_| stage_through_the_async_proxy(fence) > 0),
+            "{fence:?}: the bulk store always copied what the threads wrote"
+        );
+    }
+}
+
+/// Bytes of the bulk load of the transaction-count tests.
+const LOAD_BYTES: usize = 64;
+
+/// One thread loads [`LOAD_BYTES`] into a stage with a bulk load on an mbarrier whose arrival expects
+/// `expect` transaction bytes, waits for the phase and reads the stage. Returns the launch's result and the
+/// stage bytes that differ from the source.
+fn load_expecting(expect: u32, timeout_ns: u64) -> (Result<(), EmuError>, usize) {
+    let src = Sym::new(1, LOAD_BYTES, 0, |_, i| i as u8 | 0x80);
+    let src_sl = src.slice(0);
+    let wrong = AtomicU64::new(0);
+    let mut results = launch(1, [1, 1, 1], [1, 1, 1], 16 + LOAD_BYTES, timeout_ns, false, &|| {
+        let src: &[u8] = arg(src_sl);
+        let (base, _) = bulk::dynamic_shared_window();
+        let (bar, stage) = (base, base.byte_add(16));
+        // SAFETY: the launch's dynamic shared memory holds the barrier and the stage; the source is a
+        // 16-byte aligned kernel argument of `LOAD_BYTES` bytes.
+        unsafe {
+            bulk::mbarrier_init(bar, 1);
+            fence_proxy_async_shared_cta();
+            bulk::mbarrier_arrive_expect_tx(bar, expect);
+            bulk::bulk_load(stage, GlobalPtr::from_generic(src.as_ptr()), LOAD_BYTES as u32, bar);
+            while !bulk::mbarrier_try_wait_parity(bar, 0) {}
+        }
+        let stale = (0..LOAD_BYTES)
+            // SAFETY: a byte of the stage, after the phase that loaded it completed.
+            .filter(|&i| unsafe { ((stage.addr() + i) as *const u8).read_volatile() } != src[i])
+            .count();
+        wrong.store(stale as u64, Ordering::Relaxed);
+    });
+    let (result, _) = results.remove(0);
+    (result, wrong.into_inner() as usize)
+}
+
+#[test]
+fn an_mbarrier_expecting_its_loads_bytes_completes_with_them_landed() {
+    for n in 0..CORRECT_LAUNCHES {
+        let (result, wrong) = load_expecting(LOAD_BYTES as u32, TIMEOUT_NS);
+        result.unwrap();
+        assert_eq!(wrong, 0, "launch {n}");
+    }
+}
+
+#[test]
+fn an_mbarrier_expecting_too_few_bytes_completes_before_its_load_has_landed() {
+    let (result, wrong) = load_expecting(LOAD_BYTES as u32 / 2, TIMEOUT_NS);
+    result.unwrap();
+    assert_eq!(wrong, LOAD_BYTES / 2, "the waiter must read the bytes past the expected count unlanded");
+}
+
+#[test]
+fn an_mbarrier_expecting_too_many_bytes_is_reported_as_a_hang() {
+    let (result, _) = load_expecting(LOAD_BYTES as u32 + 16, 50_000_000);
+    match result {
+        Err(e @ EmuError::Trapped { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("never returns") && text.contains("16 transaction byte(s)"), "{text}");
+        }
+        other => panic!("a phase that cannot complete ended the launch with {other:?}"),
+    }
 }

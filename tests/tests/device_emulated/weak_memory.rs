@@ -292,7 +292,8 @@ fn scoped_publication(fence: fn(), reader: Reader, ordered: bool) -> Vec<ErrorRe
 #[test]
 fn a_fence_orders_only_for_the_threads_of_its_scope() {
     let line = line_of("// SCOPED-READ");
-    let cases: [(&str, fn(), Reader, bool); 9] = [
+    type Case = (&'static str, fn(), Reader, bool);
+    let cases: [Case; 9] = [
         ("cta", fence_acq_rel_cta, Reader::SameBlock, false),
         ("cta", fence_acq_rel_cta, Reader::OtherBlock, true),
         ("cta", fence_acq_rel_cta, Reader::OtherRank, true),

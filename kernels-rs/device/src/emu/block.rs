@@ -97,6 +97,8 @@ pub(crate) struct Block {
     dynamic: SharedAlloc,
     /// The mbarriers of the block's bulk copies (see `bulk`).
     pub(crate) bulk_barriers: super::bulk::Barriers,
+    /// The block's shared memory as the async proxy sees it (see `bulk`).
+    pub(crate) proxy: super::bulk::AsyncView,
 }
 
 /// Locks, ignoring poisoning: the guarded state is kept consistent by this module, which never panics while
@@ -127,6 +129,7 @@ impl Block {
             statics: Mutex::new(Vec::new()),
             dynamic: SharedAlloc::zeroed(dynamic_shared_bytes, SHARED_ALIGN),
             bulk_barriers: Default::default(),
+            proxy: Default::default(),
         }
     }
 
@@ -157,6 +160,8 @@ impl Block {
         st.generation += 1;
         st.joined = (!st.deposits.is_empty()).then(|| join_deposits(&st.deposits));
         st.deposits.clear();
+        // Proxy fences before the barrier reach the block's bulk copies after it.
+        self.proxy.barrier_opened(|| self.shared_regions());
         self.opened.notify_all();
     }
 
@@ -206,5 +211,13 @@ impl Block {
     /// The block's dynamic shared memory.
     pub(crate) fn dynamic_shared(&self) -> (*mut u8, usize) {
         (self.dynamic.ptr(), self.dynamic.len())
+    }
+
+    /// The block's shared allocations so far (start, bytes): the dynamic one and the static arrays.
+    pub(crate) fn shared_regions(&self) -> Vec<(usize, usize)> {
+        let mut regions = vec![(self.dynamic.ptr() as usize, self.dynamic.len())];
+        regions.extend(lock(&self.statics).iter().map(|s| (s.alloc.ptr() as usize, s.alloc.len())));
+        regions.retain(|&(_, len)| len > 0);
+        regions
     }
 }
