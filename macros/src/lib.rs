@@ -89,7 +89,7 @@ use proc_macro::TokenStream;
 /// argument patterns other than a (possibly `mut`) name, optional non-buffers, `bytes(...)` of what is not a
 /// `u8` buffer, relations outside the grammar above or naming what is not an argument of the right kind.
 /// On an error the item is emitted unchanged next to the `compile_error!`, so the rest of the crate still
-/// type-checks. Each of these has a compile-fail case in `tests/ui/fail`.
+/// type-checks. Each of these has a compile-fail case in `tests/macro-ui/ui/fail`.
 #[proc_macro_attribute]
 pub fn kernel(attr: TokenStream, item: TokenStream) -> TokenStream {
     generate::expand(attr.into(), item.into()).into()

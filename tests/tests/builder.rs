@@ -33,9 +33,12 @@ fn kernels_crate(lib_rs: &str) -> tempfile::TempDir {
     dir
 }
 
-/// The nested builds of these tests share one target directory, so `core` is compiled once per arch.
+/// The nested builds of these tests share the target directory of the workspace's own nested builds, where
+/// `cargo test` has already compiled `core` for each architecture and flavour with the same flags: only the
+/// scratch crate is compiled here.
 fn shared_target_dir() -> PathBuf {
-    workspace_root().join("target").join("builder-tests")
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from);
+    target.unwrap_or_else(|| workspace_root().join("target")).join("ferrocomm-ptx")
 }
 
 const KERNELS: &str = r#"

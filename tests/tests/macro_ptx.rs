@@ -1,7 +1,7 @@
 //! `#[kernel]`'s nvptx64 side: a scratch kernels crate using the workspace's `ferrocomm-device` is built to
 //! PTX (and validated by ptxas when present) and each generated entry is checked: unmangled name, one
 //! parameter per kernel argument, slices and symmetric handles passed by value as their `#[repr(C)]` ABI.
-//! (The trybuild suite, `macro_ui.rs`, covers the host side.) Runs cargo, so it skips on the GPU machine.
+//! (The trybuild suite, `tests/macro-ui`, covers the host side.) Runs cargo, so it skips on the GPU machine.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -89,7 +89,14 @@ fn kernel_entries_have_the_abi_of_their_arguments() {
     let built = PtxBuilder::new(dir.path())
         .arch(Arch::SM_90)
         .no_trace()
-        .target_dir(workspace_root().join("target").join("builder-tests"))
+        // The workspace's nested target directory, where `core`, the device library and its macros were
+        // compiled for sm_90 by `cargo test`'s own build: only this crate is compiled here.
+        .target_dir(
+            std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| workspace_root().join("target"))
+                .join("ferrocomm-ptx"),
+        )
         .out_dir(out.path())
         .build()
         .unwrap_or_else(|e| panic!("{e}"));

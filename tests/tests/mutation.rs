@@ -1,47 +1,53 @@
-//! Mutation testing of the shipped kernels' memory ordering (`tools/mutate`, see docs/testing.md), in CI: two of the
-//! mutants the committed table (`kernels-rs/collectives/MUTANTS.md`) lists as killed by a named test, chosen by the
-//! commit's seed, must still be killed by that test — it passes on the unmutated tree first, then fails with a panic on
-//! each mutant (a hang, a crash, another test failing or a mutant that does not compile is no kill) — so a change to
-//! the kernels or the suite that stops catching an ordering bug turns CI red; and the table must name only sites the
-//! tool still finds, so it cannot go stale silently. The table's survivors are the suite's known gaps; the full run
-//! (`tools/mutate --report ...`) re-measures them.
+//! Mutation testing of the shipped kernels' memory ordering (`tools/mutate`, see docs/testing.md).
 //!
-//! Both need cargo and python3, so they skip on the GPU machine (`FERROCOMM_ON_DEVICE=1`), and they skip while the
-//! table has not been written. `FERROCOMM_MUTATE_SEED=N` picks another sample than the commit's.
+//! - Every committed table (`MUTANTS.md` of the collectives, the device library, the NVSHMEM kernels and the
+//!   custom-kernel example) is of today's sources: the digest in its header is the digest of the files it
+//!   mutated, and it names only sites the tool still finds. A kernel changed without a fresh table turns
+//!   this red.
+//! - CI's sample (`tools/mutate --ci-sample`, run by `.ci/run` after `cargo test`, in place) cannot pass
+//!   vacuously: on a small tree laid out like this one (`tools/tests/mutate-fixture`), a mutant killed by
+//!   its named test passes the check, and a mutant that does not compile, a named test that fails (or does
+//!   not exist) on the unmutated tree, and a mutant that only hangs each fail it, with the reason.
+//!
+//! All need cargo and python3, so they skip on the GPU machine (`FERROCOMM_ON_DEVICE=1`).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
-/// Mutants a CI run builds and tests (40 to 75 s each on two cores, after the snapshot's first build).
-const SAMPLE: usize = 2;
+/// The targets of `tools/mutate` and their tables.
+const TABLES: &[(&str, &str)] = &[
+    ("collectives", "kernels-rs/collectives/MUTANTS.md"),
+    ("device", "kernels-rs/device/MUTANTS.md"),
+    ("nvshmem", "kernels-rs/nvshmem/MUTANTS.md"),
+    ("custom-kernel", "examples/custom_kernel/MUTANTS.md"),
+];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
-fn table_path() -> PathBuf {
-    workspace_root().join("kernels-rs/collectives/MUTANTS.md")
-}
-
-/// The committed table, or `None` (with the reason printed) when the test cannot run here.
-fn committed_table() -> Option<String> {
-    if std::env::var_os("FERROCOMM_ON_DEVICE").is_some() {
+fn on_device() -> bool {
+    let skip = std::env::var_os("FERROCOMM_ON_DEVICE").is_some();
+    if skip {
         eprintln!("skipped: needs cargo, and FERROCOMM_ON_DEVICE=1 says this machine has none");
-        return None;
     }
-    match std::fs::read_to_string(table_path()) {
-        Ok(text) => Some(text),
-        Err(_) => {
-            eprintln!(
-                "skipped: {} has not been written yet (tools/mutate --report kernels-rs/collectives/MUTANTS.md)",
-                table_path().display()
-            );
-            None
-        }
-    }
+    skip
 }
 
-/// The site ids of the table's rows (`| \`id\` (file:line) | ...`) and of its accepted survivors
+fn mutate(args: &[&str]) -> Output {
+    Command::new("python3")
+        .arg(workspace_root().join("tools/mutate"))
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .expect("python3 runs tools/mutate")
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The site ids of a table's rows (`| \`id\` (file:line) | ...`) and of its accepted survivors
 /// (`- \`id\`: reason`).
 fn table_ids(table: &str) -> Vec<String> {
     table
@@ -51,152 +57,132 @@ fn table_ids(table: &str) -> Vec<String> {
         .collect()
 }
 
-fn mutate(args: &[&str]) -> std::process::Output {
-    Command::new("python3")
-        .arg(workspace_root().join("tools/mutate"))
-        .args(args)
-        .current_dir(workspace_root())
-        .output()
-        .expect("python3 runs tools/mutate")
-}
-
 #[test]
-fn the_table_names_only_sites_the_tool_finds() {
-    let Some(table) = committed_table() else { return };
-    let out = mutate(&["--list", "--worktree"]);
-    let listing = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "tools/mutate --list failed:\n{listing}{}", String::from_utf8_lossy(&out.stderr));
-    let found: Vec<&str> =
-        listing.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split('\t').next()).collect();
-    let ids = table_ids(&table);
-    assert!(!ids.is_empty(), "{} lists no site", table_path().display());
-    let stale: Vec<&String> = ids.iter().filter(|id| !found.contains(&id.as_str())).collect();
-    assert!(
-        stale.is_empty(),
-        "{} names sites that tools/mutate --list no longer finds (the kernels changed: rerun \
-         `tools/mutate --report kernels-rs/collectives/MUTANTS.md`):\n{stale:#?}",
-        table_path().display()
-    );
-}
-
-/// A row of the table whose mutant a named test killed: its site id, and the binary and test that killed it
-/// (`| \`id\` (...) | ... | killed by \`binary\` \`test\` ...`). Rows killed by a hang or a crash are left out:
-/// CI's check is a named test failing with its assertion.
-#[derive(Debug, Clone)]
-struct KilledRow {
-    id: String,
-    binary: String,
-    test: String,
-}
-
-fn killed_rows(table: &str) -> Vec<KilledRow> {
-    table
-        .lines()
-        .filter(|l| l.starts_with("| `"))
-        .filter_map(|l| {
-            let id = l.strip_prefix("| `")?.split_once('`')?.0.to_owned();
-            let killed = l.split_once("| killed by `")?.1;
-            let (binary, rest) = killed.split_once("` `")?;
-            let test = rest.split_once('`')?.0;
-            Some(KilledRow { id, binary: binary.to_owned(), test: test.to_owned() })
-        })
-        .collect()
-}
-
-/// `package:binary` of each binary of the table's suite (its `Suite:` line).
-fn suite_packages(table: &str) -> Vec<(String, String)> {
-    table
-        .lines()
-        .filter_map(|l| l.split_once("Suite: "))
-        .flat_map(|(_, list)| list.split(", ").map(str::to_owned).collect::<Vec<_>>())
-        .filter_map(|item| {
-            let item = item.trim().trim_end_matches('.').trim_matches('`');
-            item.split_once(':').map(|(p, b)| (p.to_owned(), b.to_owned()))
-        })
-        .collect()
-}
-
-/// The sample's seed: the commit's (its id's first 16 hex digits), so a commit is always checked with the
-/// same mutants and a red run replays; `FERROCOMM_MUTATE_SEED=N` picks another.
-fn seed() -> u64 {
-    if let Some(seed) = std::env::var("FERROCOMM_MUTATE_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
-        return seed;
+fn every_table_is_of_its_sources() {
+    if on_device() {
+        return;
     }
-    let head = Command::new("git").args(["rev-parse", "HEAD"]).current_dir(workspace_root()).output();
-    let id = head.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-    id.and_then(|id| u64::from_str_radix(id.get(..16)?, 16).ok()).unwrap_or(0)
-}
-
-#[test]
-fn mutants_the_table_lists_as_killed_are_still_killed() {
-    let Some(table) = committed_table() else { return };
-    let rows = killed_rows(&table);
-    assert!(!rows.is_empty(), "{} lists no mutant a named test killed", table_path().display());
-    let packages = suite_packages(&table);
-    let seed = seed();
-    // `SAMPLE` of the rows, picked by the seed (a multiplicative step through the list).
-    let mut picked: Vec<KilledRow> = Vec::new();
-    for i in 0..SAMPLE.min(rows.len()) {
-        let row = &rows[(seed as usize).wrapping_mul(7919).wrapping_add(i * 31) % rows.len()];
-        if !picked.iter().any(|p| p.id == row.id) {
-            picked.push(row.clone());
-        }
-    }
-    let only = format!("^({})$", picked.iter().map(|r| regex_escape(&r.id)).collect::<Vec<_>>().join("|"));
-    let mut suite: Vec<String> = Vec::new();
-    for row in &picked {
-        let package = packages.iter().find(|(_, b)| *b == row.binary).map(|(p, _)| p.clone());
-        let package = package.unwrap_or_else(|| panic!("the table's Suite line does not name binary {}", row.binary));
-        let entry = format!("{package}:{}", row.binary);
-        if !suite.contains(&entry) {
-            suite.push(entry);
-        }
-    }
-    let tests: Vec<&str> = picked.iter().map(|r| r.test.as_str()).collect();
-    let json = std::env::temp_dir().join(format!("ferrocomm-mutants-{}.json", std::process::id()));
-    // The baseline runs the named tests on the unmutated tree first (a test that already fails there
-    // proves nothing); each mutant then runs them, and must fail one of them with a panic. A hang is no kill.
-    let out = mutate(&[
-        "--worktree",
-        "--only",
-        &only,
-        "--suite",
-        &suite.join(","),
-        "--tests",
-        &tests.join(","),
-        "--json",
-        json.to_str().expect("a UTF-8 temporary path"),
-        "--timeout",
-        "240",
-    ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    println!("{stdout}");
-    let replay = format!("mutants {picked:?}; FERROCOMM_MUTATE_SEED={seed} replays the pick");
-    assert!(
-        matches!(out.status.code(), Some(0 | 1 | 3)),
-        "tools/mutate could not measure ({replay}): the unmutated snapshot did not build, or a named test failed \
-         on it\n{stdout}{stderr}"
-    );
-    let results: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("tools/mutate wrote its JSON")).expect("JSON");
-    let _ = std::fs::remove_file(&json);
-    for row in &picked {
-        let m = results.iter().find(|m| m["id"] == row.id.as_str()).unwrap_or_else(|| panic!("{} was not run", row.id));
-        let (status, panic) = (m["status"].as_str().unwrap_or(""), m["panic"].as_str().unwrap_or(""));
-        let failed: Vec<&str> = m["tests"].as_array().into_iter().flatten().filter_map(|t| t.as_str()).collect();
-        assert!(
-            status == "killed" && failed.contains(&row.test.as_str()) && !panic.is_empty(),
-            "{}: MUTANTS.md says `{}` `{}` kills it, but here it {status} ({failed:?}; {panic:?}): the suite no longer \
-             checks that ordering, or the table is stale ({replay})\n{stdout}{stderr}",
-            row.id,
-            row.binary,
-            row.test
+    let mut missing = Vec::new();
+    for &(target, path) in TABLES {
+        let Ok(table) = std::fs::read_to_string(workspace_root().join(path)) else {
+            missing.push(path);
+            continue;
+        };
+        let digest = mutate(&["--target", target, "--digest", "--worktree"]);
+        assert!(digest.status.success(), "tools/mutate --digest failed:\n{}", text(&digest));
+        let digest = String::from_utf8_lossy(&digest.stdout).trim().to_owned();
+        let written = table.split_once("Sources: `").and_then(|(_, rest)| rest.split_once('`')).map(|(d, _)| d);
+        assert_eq!(
+            written,
+            Some(digest.as_str()),
+            "{path} was not written from today's sources of `{target}` (its digest differs, or it has none): the \
+             kernels changed since; rerun `tools/mutate --target {target} --report`"
         );
+        let listing = mutate(&["--target", target, "--list", "--worktree"]);
+        assert!(listing.status.success(), "tools/mutate --list failed:\n{}", text(&listing));
+        let listing = String::from_utf8_lossy(&listing.stdout);
+        let found: Vec<&str> =
+            listing.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split('\t').next()).collect();
+        let ids = table_ids(&table);
+        assert!(!ids.is_empty(), "{path} lists no site");
+        let stale: Vec<&String> = ids.iter().filter(|id| !found.contains(&id.as_str())).collect();
+        assert!(stale.is_empty(), "{path} names sites that tools/mutate --list no longer finds:\n{stale:#?}");
+    }
+    if !missing.is_empty() {
+        eprintln!("no table yet (tools/mutate --target NAME --report writes one): {missing:?}");
     }
 }
 
-/// `id` with the regular-expression metacharacters it may hold escaped (ids are `file:function:call#n`).
-fn regex_escape(id: &str) -> String {
-    id.chars().flat_map(|c| if ".#()[]{}|*+?^$\\".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
+/// A copy of the fixture tree with a table of one row: `site`, killed by `test` of its `check` binary.
+fn fixture_with_row(site: &str, test: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let from = workspace_root().join("tools/tests/mutate-fixture");
+    copy_tree(&from, dir.path());
+    // The workspace's pinned toolchain, which is the one installed where no default is.
+    std::fs::copy(workspace_root().join("rust-toolchain.toml"), dir.path().join("rust-toolchain.toml")).unwrap();
+    let table = format!(
+        "# Mutants of the fixture\n\nSources: `none`. Suite: `mutate-fixture:check`.\n\n| site | operator | before → after | \
+         result |\n| --- | --- | --- | --- |\n| `{site}` (lib.rs:1) | planted | `a` → `b` | killed by `check` `{test}` |\n"
+    );
+    std::fs::write(dir.path().join("kernels-rs/collectives/MUTANTS.md"), table).unwrap();
+    dir
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if entry.file_type().unwrap().is_dir() {
+            if entry.file_name() != "target" {
+                copy_tree(&src, &dst);
+            }
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+/// CI's sample of one row on the fixture: (passed, output).
+fn ci_sample_on_fixture(site: &str, test: &str) -> (bool, String) {
+    let dir = fixture_with_row(site, test);
+    let root = dir.path().to_str().expect("a UTF-8 temporary path");
+    let out = mutate(&["--root", root, "--ci-sample", "1", "--seed", "0", "--timeout", "5"]);
+    let source = std::fs::read_to_string(dir.path().join("kernels-rs/collectives/src/lib.rs")).unwrap();
+    assert!(
+        source.contains("flag.set_release(v);") && source.contains("flag.load_acquire()"),
+        "a mutant was left in place"
+    );
+    (out.status.success(), text(&out))
+}
+
+#[test]
+fn the_ci_sample_passes_a_mutant_its_named_test_kills() {
+    if on_device() {
+        return;
+    }
+    let (passed, out) = ci_sample_on_fixture("lib.rs:publish:set_release#1/relaxed", "publish_is_seen");
+    assert!(passed, "a mutant killed by its named test must pass the check:\n{out}");
+    assert!(out.contains("killed by publish_is_seen") && out.contains("the published value"), "{out}");
+}
+
+#[test]
+fn the_ci_sample_fails_on_a_mutant_that_does_not_compile() {
+    if on_device() {
+        return;
+    }
+    let (passed, out) = ci_sample_on_fixture("lib.rs:count:add_release#1/relaxed", "count_counts");
+    assert!(!passed && out.contains("did not compile"), "a mutant that does not build measures nothing:\n{out}");
+}
+
+#[test]
+fn the_ci_sample_fails_without_a_passing_baseline() {
+    if on_device() {
+        return;
+    }
+    let (passed, out) = ci_sample_on_fixture("lib.rs:publish:set_release#1/relaxed", "fails_unmutated");
+    assert!(
+        !passed && out.contains("does not pass on the unmutated tree"),
+        "a test failing unmutated proves nothing:\n{out}"
+    );
+    let (passed, out) = ci_sample_on_fixture("lib.rs:publish:set_release#1/relaxed", "no_such_test");
+    assert!(!passed && out.contains("ran none of no_such_test"), "a test that does not exist proves nothing:\n{out}");
+}
+
+#[test]
+fn the_ci_sample_fails_on_a_kill_by_a_hang() {
+    if on_device() {
+        return;
+    }
+    let (passed, out) = ci_sample_on_fixture("lib.rs:read:load_acquire#1/relaxed", "read_is_seen");
+    assert!(!passed && out.contains("a hang is no kill"), "a mutant that only hangs is not the table's kill:\n{out}");
+}
+
+#[test]
+fn the_ci_sample_fails_on_a_site_the_tool_no_longer_finds() {
+    if on_device() {
+        return;
+    }
+    let (passed, out) = ci_sample_on_fixture("lib.rs:publish:set_release#2/relaxed", "publish_is_seen");
+    assert!(!passed && out.contains("no longer finds it"), "{out}");
 }

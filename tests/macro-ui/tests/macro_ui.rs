@@ -4,7 +4,7 @@
 //! name a `KernelModule` they declare themselves (see `ui/README.md`).
 //!
 //! Regenerate the expected output after an intended change with `TRYBUILD=overwrite cargo test -p
-//! ferrocomm-tests --test macro_ui`, then read every `.stderr` that changed.
+//! ferrocomm-macro-ui --test macro_ui`, then read every `.stderr` that changed.
 
 #[test]
 fn kernel_macro_ui() {
