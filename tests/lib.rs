@@ -1,1 +1,17 @@
-//! Shared helpers of the integration tests.
+//! Shared helpers of the integration tests: the timeouts they give emulated teams.
+//!
+//! A test's time window is one of two kinds. A **limit** on how long correct work may take only has to
+//! catch a hang: the emulator runs a host thread per GPU thread, on however few cores the machine has and
+//! beside the other tests of the binary, so a launch that takes milliseconds alone may take seconds there.
+//! A **window a test must see elapse** — a wait on a signal no rank raises ends in a typed timeout only
+//! after it — is also the limit on the launches the same team runs correctly, so it is seconds, not
+//! milliseconds. Tests that know they run on a GPU keep their shorter windows.
+
+use std::time::Duration;
+
+/// An emulated team's timeout where every wait ends: long enough that only a hang reaches it.
+pub const EMULATED_LIMIT: Duration = Duration::from_secs(120);
+
+/// An emulated team's timeout where a test waits for a timeout on purpose: the time it costs such a test,
+/// and the limit on that team's other launches, which are small.
+pub const EMULATED_HANG: Duration = Duration::from_secs(3);

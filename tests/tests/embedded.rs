@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, result};
 use ferrocomm::{Backend, Error, ExternalStream, LaunchConfig, SignalPadBuffer, SymBuffer, Team, system};
 use ferrocomm_kernels::{Communicator, Op};
 use ferrocomm_runtime_kernels::host as kernels;
+use ferrocomm_tests::EMULATED_HANG;
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
 /// Sizes that catch edge cases: one element, odd, unaligned tails, more than one block's share (and more
@@ -96,7 +97,7 @@ fn launches_left_in_stream_report_their_errors_later() {
     // A wait on a signal nobody raises, left in the stream as a framework's eager op is: the launch returns
     // at once, and the timeout comes back from the next check_errors (as torch reports a failed kernel at a
     // later call), naming the rank and the signal. The team keeps working.
-    let team = Team::builder().backend(Backend::Emulator).world(2).timeout(Duration::from_millis(300)).build().unwrap();
+    let team = Team::builder().backend(Backend::Emulator).world(2).timeout(EMULATED_HANG).build().unwrap();
     let pad = SignalPadBuffer::new(&team, "never", 2).unwrap();
     team.check_errors().unwrap();
     kernels::wait_unraised(&team, LaunchConfig::new(1, 32), &pad).unwrap().leave_in_stream();
@@ -291,7 +292,7 @@ fn a_stream_of_another_context_is_refused() {
 #[test]
 fn caller_memory_on_another_device_or_the_host_is_refused() {
     let Some(team) = gpu_team("caller_memory_on_another_device_or_the_host_is_refused") else { return };
-    let host = vec![0f32; 16];
+    let host = [0f32; 16];
     // SAFETY: only checked, never used: the check refuses host memory.
     match unsafe { team.caller_memory(0, host.as_ptr() as u64, 64) } {
         Err(Error::CallerMemory { rank: 0, reason }) => {

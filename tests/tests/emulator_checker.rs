@@ -20,6 +20,7 @@ use ferrocomm_device::abi::{ErrorBuffer, ErrorKind, LaunchCtx, RawSym, SIGNAL_PA
 use ferrocomm_device::emu::TeamLaunch;
 use ferrocomm_device::kernel;
 use ferrocomm_device::prelude::*;
+use ferrocomm_tests::{EMULATED_HANG, EMULATED_LIMIT};
 
 /// The kernels of this file have no PTX: they run on the emulator only.
 static EMU_ONLY: KernelModule = KernelModule::new("emulator_checker", &[]);
@@ -216,7 +217,7 @@ fn inbox_element(index: usize) -> BufferRef {
 
 #[test]
 fn a_read_before_the_wait_is_a_race_naming_reader_buffer_and_writer() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     let e = mail.send_then_read(&team, mode::READ_BEFORE_WAIT).unwrap_err();
     let errors = e.device_errors();
@@ -231,7 +232,7 @@ fn a_read_before_the_wait_is_a_race_naming_reader_buffer_and_writer() {
 
 #[test]
 fn a_wait_on_a_signal_raised_before_the_put_is_a_race() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     let e = mail.send_then_read(&team, mode::WRONG_SIGNAL).unwrap_err();
     let (rank, _, thread, buffer, writer, line) = race_of(&e.device_errors()[0]);
@@ -241,7 +242,7 @@ fn a_wait_on_a_signal_raised_before_the_put_is_a_race() {
 
 #[test]
 fn a_relaxed_flag_publishes_nothing_so_the_read_is_a_race() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     let e = mail.send_then_read(&team, mode::RELAXED_FLAG).unwrap_err();
     let (rank, _, _, buffer, _, line) = race_of(&e.device_errors()[0]);
@@ -250,7 +251,7 @@ fn a_relaxed_flag_publishes_nothing_so_the_read_is_a_race() {
 
 #[test]
 fn threads_that_do_not_share_the_leaders_wait_race_and_the_leader_does_not() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     let e = mail.send_then_read(&team, mode::BLOCK_WITHOUT_BARRIER).unwrap_err();
     let errors = e.device_errors();
@@ -269,7 +270,7 @@ fn threads_that_do_not_share_the_leaders_wait_race_and_the_leader_does_not() {
 
 #[test]
 fn reads_ordered_after_the_put_are_not_flagged() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     for how in [mode::WAIT_THEN_READ, mode::BLOCK_AFTER_BARRIER] {
         mail.pad.reset().unwrap();
@@ -285,7 +286,7 @@ fn a_team_built_without_the_checker_runs_the_planted_race_unreported() {
     let team = Team::builder()
         .backend(Backend::Emulator)
         .world(2)
-        .timeout(Duration::from_secs(20))
+        .timeout(EMULATED_LIMIT)
         .emulator_checker(false)
         .build()
         .unwrap();
@@ -300,7 +301,7 @@ fn run_overwrite(team: &Team, mail: &mut Mail, how: u32) -> Result<(), Error> {
 
 #[test]
 fn a_source_rewritten_before_quiet_is_reported_with_both_buffers() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let mut mail = Mail::new(&team);
     let mut src = mail.src.to_host(0).unwrap();
     let e = run_overwrite(&team, &mut mail, 1).unwrap_err();
@@ -336,7 +337,7 @@ fn run_raise_and_wait(team: &Team, pad: &SignalPadBuffer, index: u32, value: u64
 
 #[test]
 fn a_wait_on_a_signal_no_rank_raises_is_diagnosed_as_unraised() {
-    let team = team(2, Duration::from_millis(300));
+    let team = team(2, EMULATED_HANG);
     let pad = SignalPadBuffer::new(&team, "flags", 2).unwrap();
     // Rank 0 raises signal 1; rank 1 waits on signal 0.
     let e = run_raise_and_wait(&team, &pad, 1, 1, 1).unwrap_err();
@@ -353,7 +354,7 @@ fn a_wait_on_a_signal_no_rank_raises_is_diagnosed_as_unraised() {
 
 #[test]
 fn a_signal_raised_too_low_stays_a_timeout_and_a_raised_one_passes() {
-    let team = team(2, Duration::from_millis(300));
+    let team = team(2, EMULATED_HANG);
     let pad = SignalPadBuffer::new(&team, "flags", 2).unwrap();
     let e = run_raise_and_wait(&team, &pad, 0, 1, 2).unwrap_err();
     assert!(matches!(e.device_errors(), [DeviceError::Timeout { rank: 1, observed: 1, expected: 2, .. }]), "{e}");
@@ -372,7 +373,7 @@ fn run_pad_barrier(
 
 #[test]
 fn a_rank_that_skips_the_barrier_epoch_is_a_barrier_mismatch() {
-    let team = team(3, Duration::from_secs(20));
+    let team = team(3, EMULATED_LIMIT);
     let pad = SignalPadBuffer::new(&team, "barrier", 3).unwrap();
     let e = run_pad_barrier(&team, &pad, 1, 1, NONE).unwrap_err();
     match e.device_errors() {
@@ -388,7 +389,7 @@ fn a_rank_that_skips_the_barrier_epoch_is_a_barrier_mismatch() {
 
 #[test]
 fn a_block_that_skips_advance_epoch_is_a_barrier_mismatch_on_every_rank() {
-    let team = team(2, Duration::from_secs(20));
+    let team = team(2, EMULATED_LIMIT);
     let pad = SignalPadBuffer::new(&team, "barrier", 2).unwrap();
     let e = run_pad_barrier(&team, &pad, 2, NONE, 1).unwrap_err();
     let mut ranks = Vec::new();
@@ -409,7 +410,7 @@ fn a_block_that_skips_advance_epoch_is_a_barrier_mismatch_on_every_rank() {
 
 #[test]
 fn matched_signal_pad_barriers_run_clean_launch_after_launch() {
-    let team = team(3, Duration::from_secs(20));
+    let team = team(3, EMULATED_LIMIT);
     let pad = SignalPadBuffer::new(&team, "barrier", 3).unwrap();
     for _ in 0..3 {
         run_pad_barrier(&team, &pad, 2, NONE, NONE).unwrap();

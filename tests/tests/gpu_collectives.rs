@@ -1,7 +1,8 @@
 //! The communication library on the GPUs: the scenarios of `collectives_emulated.rs` (shared through
 //! `ferrocomm_kernels::verify`) at GPU sizes — 0, 1, odd, unaligned tails, LL and two-shot sizes on both
 //! sides of the threshold, MoE shapes, 1 GiB — plus 10^5 back-to-back all-reduces replayed from CUDA graphs
-//! and verified, and ping-pong on both protocols.
+//! and verified, ping-pong on both protocols, and the decode step with NCCL's all-reduce replayed from a
+//! graph, every replay verified (a check that also runs on the emulator, with the library's all-reduce).
 //!
 //! Skipped with a visible message when no GPU is usable; failing instead when `FERROCOMM_REQUIRE_GPUS=N`
 //! asks for N GPUs that are not there. With one GPU, two ranks share it. The tests hold one lock: kernels
@@ -12,8 +13,12 @@ use std::time::{Duration, Instant};
 
 use ferrocomm::{Backend, SymBuffer, Team, system};
 use ferrocomm_device::{bf16, f16};
-use ferrocomm_kernels::verify::{self, VerifyError};
-use ferrocomm_kernels::{Algorithm, Communicator, Op, PingProtocol, Route, reference};
+use ferrocomm_examples::ExampleError;
+use ferrocomm_kernels::verify::{self, VerifyError, pattern};
+use ferrocomm_kernels::{
+    Algorithm, Communicator, Op, PingProtocol, Route, TP_RMS_EPS, TpDecode, TpInputs, TpShape, reference,
+};
+use ferrocomm_tests::EMULATED_LIMIT;
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
 const GIB: usize = 1 << 30;
@@ -265,7 +270,7 @@ fn graph_capture_and_replay_of_mixed_collectives() {
 /// every variant, each against the CPU reference within bf16 tolerance.
 #[test]
 fn tensor_parallel_decode_at_full_and_awkward_shapes() {
-    use ferrocomm_kernels::{TpShape, TpVariant};
+    use ferrocomm_kernels::TpVariant;
     let Some((_lock, team)) = gpu_team("tensor_parallel_decode_at_full_and_awkward_shapes") else { return };
     let world = team.world();
     let mut comm = Communicator::new(&team).unwrap();
@@ -288,10 +293,7 @@ fn tensor_parallel_decode_at_full_and_awkward_shapes() {
 /// the two-GPU run checks the reduction itself (the example verifies before it times).
 #[test]
 fn decode_step_with_nccls_all_reduce_between_the_kernels() {
-    use ferrocomm_examples::ExampleError;
     use ferrocomm_examples::nccl::NcclAllReduce;
-    use ferrocomm_examples::tp_decode::{StepVariant, step};
-    use ferrocomm_kernels::TpShape;
     let Some((lock, _)) = gpu_team("decode_step_with_nccls_all_reduce_between_the_kernels") else { return };
     let team = Team::builder().backend(Backend::Cuda).devices([0]).world(1).single_process().build().unwrap();
     let mut comm = Communicator::new(&team).unwrap();
@@ -309,9 +311,117 @@ fn decode_step_with_nccls_all_reduce_between_the_kernels() {
         });
         stepped.unwrap_or_else(|e: ExampleError| panic!("{e}"));
     }
-    // Captured into the rank's graph and replayed, verified first.
-    let runs = ferrocomm_examples::all_reduce::GraphRuns { ops_per_graph: 3, warmup: 1, replays: 2 };
-    let shape = TpShape { tokens: 4, hidden: 8192, k: 8192 };
-    step(&mut comm, shape, StepVariant::Nccl, Some(&nccl), runs, 9).unwrap_or_else(|e| panic!("{e}"));
+    // Captured into the rank's graph, three steps a graph, and replayed with new inputs each time.
+    for (i, (tokens, hidden)) in [(4, 8192), (5, 7168 + 8)].into_iter().enumerate() {
+        let shape = TpShape { tokens, hidden, k: hidden };
+        let replayed =
+            verify_step_replays(&mut comm, shape, "nccl", (3, 4), 10 + i as u64, |_, y| nccl.sum_in_place(y));
+        replayed.unwrap_or_else(|e| panic!("{e}"));
+    }
     drop(lock);
+}
+
+/// [`verify_step_replays`] on the emulator (CI), with the library's all-reduce in NCCL's place: the check the
+/// GPU test makes of NCCL's step runs, and passes, on a step known to be right.
+#[test]
+fn replays_of_a_decode_step_are_verified_on_the_emulator() {
+    let team = Team::builder().backend(Backend::Emulator).world(2).timeout(EMULATED_LIMIT).build().unwrap();
+    let mut comm = Communicator::new(&team).unwrap();
+    let shape = TpShape { tokens: 2, hidden: 64, k: 16 * team.world() };
+    let replayed = verify_step_replays(&mut comm, shape, "the library's all-reduce", (2, 2), 1, |comm, y| {
+        Ok(comm.all_reduce(y, Op::Sum)?.wait().map_err(ferrocomm_kernels::CommError::from)?)
+    });
+    replayed.unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Captures `steps` decode steps of `shape` into one graph, `all_reduce` summing each step's partial output
+/// between its kernels (on every rank of this process), and replays the graph `replays` times. Before each
+/// replay every step gets new activations and a new residual, written into the buffers the graph reads, and
+/// its output is poisoned (NaN); after it, every step's output is compared with the CPU reference. A replay
+/// that read the previous replay's inputs, waited on a stale epoch or left an output unwritten fails.
+fn verify_step_replays(
+    comm: &mut Communicator<'_>,
+    shape: TpShape,
+    name: &str,
+    (steps, replays): (usize, usize),
+    seed: u64,
+    mut all_reduce: impl FnMut(&mut Communicator<'_>, &mut SymBuffer<f32>) -> Result<(), ExampleError>,
+) -> Result<(), ExampleError> {
+    let team = comm.team();
+    let (tokens, hidden, world) = (shape.tokens, shape.hidden, team.world());
+    let k_local = shape.k_local(world);
+    let mut decode = TpDecode::new(comm, shape)?;
+    let buffer = |len: usize| SymBuffer::<bf16>::new(team, len);
+    // The layer's parameters stay; the norm weights are the same on every rank.
+    let ws: Vec<Vec<bf16>> = (0..world).map(|rank| pattern(seed ^ 0x5EED, rank, k_local * hidden)).collect();
+    let gamma_host: Vec<bf16> = pattern(seed ^ 0xB22, 0, hidden);
+    let (mut w, mut gamma) = (buffer(k_local * hidden)?, buffer(hidden)?);
+    for rank in team.local_ranks() {
+        w.copy_from_host(rank, &ws[rank])?;
+        gamma.copy_from_host(rank, &gamma_host)?;
+    }
+    // Each step of the graph has its own activations, residual and output.
+    let buffers = |len: usize| (0..steps).map(|_| buffer(len)).collect::<Result<Vec<_>, _>>();
+    let (mut xs, mut residuals) = (buffers(tokens * k_local)?, buffers(tokens * hidden)?);
+    let mut outs = buffers(tokens * hidden)?;
+    // The capture takes the library's errors only; another library's failure ends it and is returned here.
+    let mut failure = None;
+    let graph = comm.capture(|comm| {
+        for ((x, residual), out) in xs.iter().zip(&residuals).zip(&mut outs) {
+            let inputs = TpInputs { x, w: &w, residual, gamma: &gamma };
+            match decode.step_with_all_reduce(comm, inputs, out, &mut all_reduce) {
+                Ok(()) => {}
+                Err(ExampleError::Comm(e)) => return Err(e),
+                Err(other) => {
+                    failure = Some(other);
+                    return Err(ferrocomm::Error::Capturing { what: "a step that failed during capture" }.into());
+                }
+            }
+        }
+        Ok(())
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let graph = graph?;
+    for replay in 0..replays {
+        let mut expected = Vec::with_capacity(steps);
+        for (step, ((x, residual), out)) in xs.iter_mut().zip(&mut residuals).zip(&mut outs).enumerate() {
+            let s = seed.wrapping_mul(1000).wrapping_add((replay * steps + step) as u64);
+            let x_host: Vec<Vec<bf16>> = (0..world).map(|rank| pattern(s, rank, x.len())).collect();
+            let residual_host: Vec<bf16> = pattern(s ^ 0xA11, 0, residual.len());
+            for rank in team.local_ranks() {
+                x.copy_from_host(rank, &x_host[rank])?;
+                residual.copy_from_host(rank, &residual_host)?;
+            }
+            out.fill(bf16::from_f32(f32::NAN))?;
+            expected.push(reference::tp_decode(
+                &x_host,
+                &ws,
+                &residual_host,
+                &gamma_host,
+                (tokens, hidden, TP_RMS_EPS),
+            ));
+        }
+        graph.replay()?.wait()?;
+        for (step, (out, expected)) in outs.iter().zip(&expected).enumerate() {
+            for rank in out.local_ranks() {
+                let found = out.to_host(rank)?;
+                // Within two bf16 steps of rounding, as `verify::tp_decode` allows.
+                let close = |e: &bf16, f: &bf16| (e.to_f32() - f.to_f32()).abs() <= e.to_f32().abs() / 64.0 + 1e-3;
+                if let Some(index) = expected.iter().zip(&found).position(|(e, f)| !close(e, f)) {
+                    return Err(ExampleError::Mismatch {
+                        what: format!(
+                            "tensor-parallel decode {shape:?} {name}: step {step} of {steps}, replay {replay}"
+                        ),
+                        rank,
+                        index,
+                        expected: format!("{:?}", expected[index]),
+                        found: format!("{:?}", found[index]),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }

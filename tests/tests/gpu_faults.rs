@@ -14,10 +14,12 @@ use ferrocomm::{Backend, DeviceError, Error, ErrorCount, LaunchConfig, SignalPad
 use ferrocomm_runtime_kernels::body::tag;
 use ferrocomm_runtime_kernels::faults::{PLANTED_MESSAGE, launch as faults};
 use ferrocomm_runtime_kernels::host as kernels;
+use ferrocomm_tests::EMULATED_LIMIT;
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
-/// Long enough that a wait ended by the timeout is told apart from one ended by the abort word.
-const TIMEOUT: Duration = Duration::from_secs(3);
+/// A GPU team's timeout: long enough that a wait ended by the timeout is told apart from one ended by the
+/// abort word. (An emulated team's, [`EMULATED_LIMIT`], is longer still: no scenario here waits for it.)
+const GPU_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn usable_gpus() -> usize {
     ferrocomm::system::driver().map(|d| d.gpu_count).unwrap_or(0)
@@ -57,13 +59,13 @@ macro_rules! everywhere {
         mod $name {
             #[test]
             fn on_the_emulator() {
-                super::$name(&super::emulated_team($world, super::TIMEOUT));
+                super::$name(&super::emulated_team($world, super::EMULATED_LIMIT));
             }
 
             #[test]
             fn on_gpus() {
                 let _gpus = super::one_gpu_test_at_a_time();
-                if let Some(team) = super::gpu_team(stringify!($name), $world, super::TIMEOUT) {
+                if let Some(team) = super::gpu_team(stringify!($name), $world, super::GPU_TIMEOUT) {
                     super::$name(&team);
                 }
             }
@@ -96,8 +98,8 @@ fn a_planted_panic_is_typed_and_the_team_goes_on(team: &Team) {
     let e = faults::planted_panic(team, cfg, &pad, &mut out, 0, 1).unwrap().wait().unwrap_err();
     let elapsed = started.elapsed();
     let msg = e.to_string();
-    // Rank 1's waits ended through the abort word: well before the 3 s timeout would have ended them.
-    assert!(elapsed < TIMEOUT / 3, "the launch took {elapsed:?}: the peer's waits were not aborted ({msg})");
+    // Rank 1's waits ended through the abort word: well before the timeout would have ended them.
+    assert!(elapsed < team.timeout() / 3, "the launch took {elapsed:?}: the peer's waits were not aborted ({msg})");
     assert!(e.is_kernel_panic() && e.is_aborted(), "{msg}");
     let Error::Device(errors) = &e else { panic!("expected device errors, got {e}") };
     match errors.first() {
@@ -218,7 +220,7 @@ fn an_exited_lane_does_not_hold_up_a_warp_barrier(team: &Team) {
 fn a_buffer_of_another_team_is_named_by_its_parameter() {
     // The `#[kernel]` launcher passes each parameter's name with its checks: the error says which
     // argument was another team's buffer.
-    let (a, b) = (emulated_team(2, TIMEOUT), emulated_team(2, TIMEOUT));
+    let (a, b) = (emulated_team(2, EMULATED_LIMIT), emulated_team(2, EMULATED_LIMIT));
     let pad = SignalPadBuffer::new(&b, "p2p", ferrocomm_kernels::layout::p2p_pad::SIGNALS).unwrap();
     let mut inbox = SymBuffer::<u8>::new(&a, 8).unwrap();
     let payload = SymBuffer::<u8>::new(&b, 8).unwrap();

@@ -14,12 +14,14 @@ use std::time::Duration;
 
 use ferrocomm::{Backend, Cmp, Error, LaunchConfig, SignalPadBuffer, SignalRef, SymBuffer, Team, TraceWhat};
 use ferrocomm_device_kernels::trace::{trace_flood, traced_ring};
+use ferrocomm_tests::{EMULATED_HANG, EMULATED_LIMIT};
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
 const BLOCKS: u32 = 2;
 const THREADS: u32 = 64;
 const N: usize = 48;
-const TIMEOUT: Duration = Duration::from_millis(800);
+/// A GPU team's timeout.
+const GPU_TIMEOUT: Duration = Duration::from_millis(800);
 
 fn usable_gpus() -> usize {
     ferrocomm::system::driver().map(|d| d.gpu_count).unwrap_or(0)
@@ -27,7 +29,24 @@ fn usable_gpus() -> usize {
 
 /// A traced (or not) team on `backend` and the directory it writes its trace into when dropped (declared
 /// first, so it outlives the team), or `None` (with a visible message) when it is CUDA and there is no GPU.
+/// Every wait of its launches must end: on the emulator its timeout only has to catch a hang.
 fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<(tempfile::TempDir, Team)> {
+    team_with(backend, EMULATED_LIMIT, traced, capacity, test)
+}
+
+/// [`team`] for a scenario with a planted hang: on the emulator its timeout is the window the scenario sees
+/// elapse.
+fn hanging_team(backend: Backend, traced: bool, test: &str) -> Option<(tempfile::TempDir, Team)> {
+    team_with(backend, EMULATED_HANG, traced, 1024, test)
+}
+
+fn team_with(
+    backend: Backend,
+    emulated_timeout: Duration,
+    traced: bool,
+    capacity: usize,
+    test: &str,
+) -> Option<(tempfile::TempDir, Team)> {
     if backend == Backend::Cuda {
         let present = usable_gpus();
         if let Ok(v) = std::env::var(REQUIRE_ENV) {
@@ -40,7 +59,8 @@ fn team(backend: Backend, traced: bool, capacity: usize, test: &str) -> Option<(
         }
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let b = Team::builder().backend(backend).world(2).timeout(TIMEOUT).trace(traced).trace_capacity(capacity);
+    let timeout = if backend == Backend::Cuda { GPU_TIMEOUT } else { emulated_timeout };
+    let b = Team::builder().backend(backend).world(2).timeout(timeout).trace(traced).trace_capacity(capacity);
     let team = b.trace_dir(dir.path()).build().unwrap_or_else(|e| panic!("{test}: building the team failed: {e}"));
     Some((dir, team))
 }
@@ -190,7 +210,7 @@ fn an_overflowing_ring_counts_what_it_lost(backend: Backend) {
 }
 
 fn a_planted_hang_names_the_rank_block_and_signal(backend: Backend) {
-    let Some((_dir, team)) = team(backend, true, 1024, "a_planted_hang_names_the_rank_block_and_signal") else {
+    let Some((_dir, team)) = hanging_team(backend, true, "a_planted_hang_names_the_rank_block_and_signal") else {
         return;
     };
     let mut ring = Ring::new(&team);
@@ -215,7 +235,7 @@ fn a_planted_hang_names_the_rank_block_and_signal(backend: Backend) {
 }
 
 fn without_trace_mode_the_hang_report_names_the_rank(backend: Backend) {
-    let Some((_dir, team)) = team(backend, false, 1024, "without_trace_mode_the_hang_report_names_the_rank") else {
+    let Some((_dir, team)) = hanging_team(backend, false, "without_trace_mode_the_hang_report_names_the_rank") else {
         return;
     };
     let mut ring = Ring::new(&team);
@@ -231,7 +251,7 @@ fn the_overhead_of_trace_mode_is_reported(backend: Backend) {
     use ferrocomm_examples::trace_overhead::{OverheadPlan, trace_overhead};
     let Some((dir, _)) = team(backend, false, 16, "the_overhead_of_trace_mode_is_reported") else { return };
     let make = |traced: bool| {
-        let timeout = if backend == Backend::Cuda { Duration::from_secs(2) } else { Duration::from_secs(10) };
+        let timeout = if backend == Backend::Cuda { Duration::from_secs(2) } else { EMULATED_LIMIT };
         Team::builder().backend(backend).world(2).timeout(timeout).trace(traced).trace_dir(dir.path()).build()
     };
     let rows = trace_overhead(make, &OverheadPlan::for_backend(backend)).unwrap_or_else(|e| panic!("{e}"));

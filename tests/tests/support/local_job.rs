@@ -1,7 +1,8 @@
 //! Jobs of several processes of the running test binary on this host, started with the variables torchrun
-//! sets: each process re-runs one test of the binary (`rank_process`), which plays a rank and prints
-//! `outcome: ...`. Output is read while the ranks run (a rank that prints more than a pipe holds must not
-//! stall), and a rank past the deadline is killed, so a hang fails the test instead of stalling it.
+//! sets: each process re-runs one test of the binary (`rank_process`, ignored in a normal run so that it is
+//! not counted as a test of its own), which plays a rank and prints `outcome: ...`. Output is read while the
+//! ranks run (a rank that prints more than a pipe holds must not stall), and a rank past the deadline is
+//! killed, so a hang fails the test instead of stalling it.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -52,8 +53,8 @@ fn drain(mut from: impl Read + Send + 'static) -> JoinHandle<String> {
     })
 }
 
-/// Starts the job ranks `ranks` of a job of `world` on the emulator, each running this binary's test
-/// `rank_process` with `env(rank)` added to torchrun's variables, and waits for all of them (at most
+/// Starts the job ranks `ranks` of a job of `world` on the emulator, each running this binary's ignored
+/// test `rank_process` with `env(rank)` added to torchrun's variables, and waits for all of them (at most
 /// `deadline` in all).
 pub fn job(
     world: usize,
@@ -67,7 +68,7 @@ pub fn job(
         .iter()
         .map(|&rank| {
             let mut cmd = Command::new(&exe);
-            cmd.args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
+            cmd.args(["--ignored", "--exact", "rank_process", "--nocapture", "--test-threads=1"])
                 .env("RANK", rank.to_string())
                 .env("LOCAL_RANK", rank.to_string())
                 .env("WORLD_SIZE", world.to_string())

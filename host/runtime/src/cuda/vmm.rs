@@ -525,7 +525,7 @@ mod tests {
         fcntl(&child_end, FcntlArg::F_SETFD(FdFlag::empty())).expect("clearing FD_CLOEXEC");
         let exe = std::env::current_exe().expect("the test binary");
         let mut child = Command::new(exe)
-            .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+            .args(["--ignored", "--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
             .env(CHILD_SOCKET_ENV, child_end.as_raw_fd().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -558,10 +558,14 @@ mod tests {
         assert_eq!(first_difference(&got, &want), None, "the child's writes are visible here\n{output}");
     }
 
-    /// The child half of `across_processes`; on its own (without the socket variable) it does nothing.
+    /// The child half of `across_processes`; on its own (without the socket variable) it has nothing to do.
     #[test]
+    #[ignore = "the entry point of a spawned rank: run by its parent test"]
     fn across_processes_child() {
-        let Ok(socket) = std::env::var(CHILD_SOCKET_ENV) else { return };
+        let Ok(socket) = std::env::var(CHILD_SOCKET_ENV) else {
+            eprintln!("skipped: across_processes_child is the child process of across_processes");
+            return;
+        };
         let raw: RawFd = socket.trim().parse().unwrap_or_else(|_| panic!("{CHILD_SOCKET_ENV}={socket:?}"));
         // SAFETY: the parent left its end of the pair open across the exec at this number for this test alone.
         let socket = unsafe { UnixStream::from_raw_fd(raw) };
