@@ -14,8 +14,9 @@
 // With one PE (one GPU) both run as put-to-self: the same calls with pe = 0, labelled [self 1 PE];
 // they measure the library's local path, not a link. A ping-pong iteration is then one put+signal
 // seen arrive, so it is the one-way figure (the rtt printed is twice it). With two PEs on one GPU the placement says
-// [shared-gpu N]: NVSHMEM allows it (multiple PEs per GPU), but without MPS the two PEs' kernels do not
-// run at the same time, so the ping-pong there measures time-slicing, not signalling.
+// [shared-gpu N]: NVSHMEM allows it (multiple PEs per GPU); under MPS the two PEs' kernels run at once,
+// without it they time-slice, so the ping-pong measures time-slicing, not signalling (the program says
+// which, from the MPS control socket it finds).
 //
 // Output (bench/anchors.rs reads it):
 //   nvshmem pingpong put_signal <n> B [<placement>]  rtt X us one-way Y us
@@ -43,6 +44,17 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
+
+// The MPS control daemon's socket this process would connect through ($CUDA_MPS_PIPE_DIRECTORY, or the
+// driver's default /tmp/nvidia-mps), or "" when there is none: PEs sharing a GPU then time-slice.
+static std::string mps_control_socket() {
+    const char *dir = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+    std::string path = std::string(dir && *dir ? dir : "/tmp/nvidia-mps") + "/control";
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && (S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)) ? path : std::string();
+}
 
 #define CHECK(call)                                                                                 \
     do {                                                                                            \
@@ -223,9 +235,14 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     if (!bandwidth_only) {
         if (shared && me == 0) {
-            std::printf("# nvshmem_bench: two PEs share GPU %d: their kernels time-slice (no MPS), so the "
-                        "ping-pong below measures that, not signalling\n",
-                        gpus_host[0]);
+            if (mps_control_socket().empty()) {
+                std::printf("# nvshmem_bench: two PEs share GPU %d without MPS: their kernels time-slice, so "
+                            "the ping-pong below measures that, not signalling\n",
+                            gpus_host[0]);
+            } else {
+                std::printf("# nvshmem_bench: two PEs share GPU %d under MPS (%s): their kernels run at once\n",
+                            gpus_host[0], mps_control_socket().c_str());
+            }
         }
         const size_t pp_sizes[] = {8, 64, 1024, 8192};
         for (size_t bytes : pp_sizes) {

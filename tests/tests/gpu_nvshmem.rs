@@ -11,11 +11,18 @@
 //!
 //! With two GPUs or more, a second test starts a job of two processes (torchrun's variables), one PE each:
 //! rank 0's unique id travels over ferrocomm's rendezvous, and the same checks run across the two PEs.
+//!
+//! On one GPU, a third test starts CUDA's Multi-Process Service (MPS: the PEs' kernels wait for each other,
+//! so they must run at once) and runs the same checks with two, then four PEs sharing the GPU, each a
+//! process of its own (`FERROCOMM_RANKS_PER_GPU`). It says so and skips when MPS cannot start (it needs
+//! root), and fails instead under `FERROCOMM_REQUIRE_GPUS`.
 
 use std::time::Duration;
 
 #[path = "support/local_job.rs"]
 mod local_job;
+#[path = "support/mps.rs"]
+mod mps;
 
 use ferrocomm::{Backend, Error, SymBuffer, Team, nvshmem, system};
 use ferrocomm_device::{bf16, f16};
@@ -167,17 +174,52 @@ fn two_pes_in_two_processes_put_signal_and_all_reduce() {
     }
 }
 
-/// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`], when this binary runs as one.
+#[test]
+fn two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce() {
+    if std::env::var_os(RANK_ENV).is_some() || !runnable(1) {
+        return;
+    }
+    let daemon = match mps::MpsDaemon::start() {
+        Ok(daemon) => daemon,
+        Err(why) => return skip_or_fail(format!("MPS cannot start here, and PEs sharing a GPU need it: {why}")),
+    };
+    for world in [2, 4] {
+        let ranks: Vec<usize> = (0..world).collect();
+        let started = std::time::Instant::now();
+        let outputs = local_job::job(world, &ranks, Duration::from_secs(240), |_| {
+            let mut env = vec![
+                (RANK_ENV, "1".to_owned()),
+                ("FERROCOMM_BACKEND", "cuda".to_owned()),
+                ("FERROCOMM_RANKS_PER_GPU", world.to_string()),
+                ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
+            ];
+            env.extend(daemon.env());
+            env
+        });
+        for o in &outputs {
+            assert!(
+                o.code == Some(0) && o.outcome() == "ok",
+                "{world} PEs on one GPU: {o:?}\nMPS log: {}",
+                daemon.log()
+            );
+        }
+        eprintln!("{world} PEs on one GPU under MPS: every check passed ({:.1} s)", started.elapsed().as_secs_f64());
+    }
+}
+
+/// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`] or
+/// [`two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce`], when this binary runs as one.
 #[test]
 #[ignore = "the entry point of a spawned rank: run by its parent test"]
 fn rank_process() {
     if std::env::var_os(RANK_ENV).is_none() {
-        eprintln!("skipped: rank_process plays a rank of two_pes_in_two_processes_put_signal_and_all_reduce");
+        eprintln!("skipped: rank_process plays a rank of the multi-PE tests");
         return;
     }
     let played = || -> Result<(), Box<dyn std::error::Error>> {
         let team = Team::builder().nvshmem(true).timeout(Duration::from_secs(5)).build()?;
-        assert!(team.spans_processes() && team.world() == 2 && team.backend() == Backend::Cuda);
+        let world: usize = std::env::var("WORLD_SIZE")?.parse()?;
+        assert!(team.spans_processes() && team.world() == world && team.backend() == Backend::Cuda);
         check_put_signal(&team, 1000, 256, 3)?;
         check_all_reduce(&team, 333, 256, 3)?;
         check_bench_operations(&team);

@@ -1,7 +1,8 @@
 //! `ferrocomm doctor`: what this machine offers ferrocomm — the driver and its CUDA version, every GPU, the
 //! peer-access / NVLink matrix, a PTX JIT smoke test per GPU, whether ptxas is found, what the
 //! communication library embeds (SASS or PTX only) and what each GPU loads of it, a cold start: a team's
-//! creation and its first all-reduce, timed, and NVSHMEM: found or not, its release, transports and heap.
+//! creation and its first all-reduce, timed, whether MPS serves this process, and NVSHMEM: found or not,
+//! its release, its transports (and which of them cannot load here) and heap.
 
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -215,6 +216,7 @@ pub fn render(report: &Report, out: &mut dyn Write) -> io::Result<()> {
              FERROCOMM_PTXAS)"
         )?,
     }
+    writeln!(out, "MPS: {}", system::mps())?;
     render_nvshmem(&report.nvshmem, out)?;
     let problems = report.problems();
     if problems.is_empty() {
@@ -250,6 +252,9 @@ pub fn render_nvshmem(found: &Result<NvshmemInfo, String>, out: &mut dyn Write) 
         None => format!("{} unset: NVSHMEM's default, ibrc", nvshmem::REMOTE_TRANSPORT_ENV),
     };
     writeln!(out, "  transports: {} ({remote})", list(&info.transports))?;
+    for (name, why) in &info.unloadable {
+        writeln!(out, "  transport {name} cannot load here: {why}")?;
+    }
     let uid = if info.bootstraps.iter().any(|b| b == "uid") { "uid: found" } else { "uid: MISSING" };
     writeln!(out, "  bootstraps: {} ({uid}; ferrocomm initialises with it)", list(&info.bootstraps))?;
     let gib = info.heap_bytes as f64 / (1u64 << 30) as f64;

@@ -4,6 +4,7 @@
 
 use std::ffi::{CString, c_void};
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -128,6 +129,94 @@ fn init() -> Result<DriverInfo, InitFailure> {
         return Err(InitFailure::NoGpu);
     }
     Ok(DriverInfo { version, gpu_count: count as usize })
+}
+
+/// The variable naming the directory where CUDA's Multi-Process Service control daemon and its clients
+/// meet.
+pub const MPS_PIPE_DIRECTORY_ENV: &str = "CUDA_MPS_PIPE_DIRECTORY";
+
+/// The MPS pipe directory when [`MPS_PIPE_DIRECTORY_ENV`] is unset.
+pub const MPS_DEFAULT_PIPE_DIRECTORY: &str = "/tmp/nvidia-mps";
+
+/// Whether CUDA's Multi-Process Service (MPS) serves this process. Processes that share a GPU run their
+/// kernels at the same time only under MPS; without it they take turns, and every collective between
+/// them waits for a switch (about 2 ms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mps {
+    /// A control daemon runs and listens in the pipe directory this process would connect through.
+    Active {
+        /// The pipe directory.
+        pipe_directory: PathBuf,
+    },
+    /// No daemon listens in this process's pipe directory.
+    Inactive {
+        /// The pipe directory this process would connect through.
+        pipe_directory: PathBuf,
+        /// A control daemon runs, but listens in another directory (set [`MPS_PIPE_DIRECTORY_ENV`] to it).
+        daemon_elsewhere: bool,
+    },
+}
+
+impl fmt::Display for Mps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mps::Active { pipe_directory } => write!(
+                f,
+                "active (control daemon in {}): processes sharing a GPU run their kernels at once",
+                pipe_directory.display()
+            ),
+            Mps::Inactive { pipe_directory, daemon_elsewhere: true } => write!(
+                f,
+                "a control daemon runs, but not in {} ({MPS_PIPE_DIRECTORY_ENV} of this process): set it to the \
+                 daemon's directory, or processes sharing a GPU take turns",
+                pipe_directory.display()
+            ),
+            Mps::Inactive { .. } => f.write_str(
+                "not active: processes sharing a GPU take turns (about 2 ms per switch); as root, \
+                 `nvidia-cuda-mps-control -d` starts it",
+            ),
+        }
+    }
+}
+
+/// Whether MPS serves this process (see [`Mps`]): a control daemon process runs (found in `/proc`) and its
+/// control pipe is in this process's pipe directory. Asks neither the driver nor the daemon.
+pub fn mps() -> Mps {
+    let pipe_directory = std::env::var_os(MPS_PIPE_DIRECTORY_ENV)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(MPS_DEFAULT_PIPE_DIRECTORY));
+    mps_at(&pipe_directory)
+}
+
+/// Whether an MPS daemon serves clients whose pipe directory is `pipe_directory` (see [`mps`]).
+pub fn mps_at(pipe_directory: &Path) -> Mps {
+    mps_in(pipe_directory.to_owned(), mps_daemon_runs())
+}
+
+/// [`mps`] for a pipe directory, knowing whether a daemon process runs.
+fn mps_in(pipe_directory: PathBuf, daemon: bool) -> Mps {
+    if daemon && has_control_pipe(&pipe_directory) {
+        Mps::Active { pipe_directory }
+    } else {
+        Mps::Inactive { pipe_directory, daemon_elsewhere: daemon }
+    }
+}
+
+/// Whether a process named `nvidia-cuda-mps-control` runs (its `comm`, which the kernel cuts to 15 bytes:
+/// `nvidia-cuda-mps`).
+fn mps_daemon_runs() -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return false };
+    procs.flatten().any(|p| {
+        // `nvidia-cuda-mps-server` (which runs only under the daemon) reads the same once cut.
+        std::fs::read_to_string(p.path().join("comm")).is_ok_and(|c| c.trim() == "nvidia-cuda-mps")
+    })
+}
+
+/// Whether `dir` holds the daemon's control pipe (a socket or a FIFO named `control`).
+fn has_control_pipe(dir: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(dir.join("control")).is_ok_and(|m| m.file_type().is_socket() || m.file_type().is_fifo())
 }
 
 /// Whether a driver and at least one GPU are usable (what `FERROCOMM_BACKEND=auto` asks).
@@ -311,4 +400,25 @@ fn run_smoke(module: sys::CUmodule, n: u32, on: Option<Device>) -> Result<Vec<u3
     let out = out?;
     freed?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod mps_tests {
+    use super::*;
+
+    #[test]
+    fn mps_is_active_only_with_a_daemon_and_its_control_pipe_in_this_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().to_owned();
+        assert_eq!(mps_in(at.clone(), false), Mps::Inactive { pipe_directory: at.clone(), daemon_elsewhere: false });
+        assert_eq!(mps_in(at.clone(), true), Mps::Inactive { pipe_directory: at.clone(), daemon_elsewhere: true });
+        let pipe = at.join("control");
+        nix::unistd::mkfifo(&pipe, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert_eq!(mps_in(at.clone(), true), Mps::Active { pipe_directory: at.clone() });
+        // A pipe left behind by a daemon that is gone serves nobody.
+        assert!(matches!(mps_in(at, false), Mps::Inactive { daemon_elsewhere: false, .. }));
+        assert!(
+            Mps::Inactive { pipe_directory: "/x".into(), daemon_elsewhere: false }.to_string().contains("take turns")
+        );
+    }
 }

@@ -377,8 +377,9 @@ pub enum Error {
     /// A team with NVSHMEM was asked for, but NVSHMEM's host library is not installed where it is looked for.
     #[error(
         "NVSHMEM's host library (libnvshmem_host.so.3) could not be loaded; tried: {tried}. Fix: `python3 -m pip \
-         install nvidia-nvshmem-cu13==3.4.5`, or point FERROCOMM_NVSHMEM_LIB (or NVSHMEM_HOME) at an installation, or \
-         add its lib directory to LD_LIBRARY_PATH"
+         install {}`, or point FERROCOMM_NVSHMEM_LIB (or NVSHMEM_HOME) at an installation, or add its lib directory \
+         to LD_LIBRARY_PATH",
+        ferrocomm_builder::nvshmem::PIP_REQUIREMENT
     )]
     NvshmemMissing {
         /// Every place tried, and why each failed.

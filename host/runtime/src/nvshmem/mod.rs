@@ -117,6 +117,10 @@ pub struct NvshmemInfo {
     pub openshmem: (u32, u32),
     /// Transport plugins beside it (`ibgda`, `ibrc`, `ucx`, ...): how it can reach other nodes.
     pub transports: Vec<String>,
+    /// The transport plugins the dynamic loader cannot load here, with its error (a library they need is
+    /// missing, such as UCX's for `ucx`): NVSHMEM cannot use those. One that loads may still find no
+    /// network device when a team starts.
+    pub unloadable: Vec<(String, String)>,
     /// Bootstrap plugins beside it (`uid` is the one ferrocomm uses).
     pub bootstraps: Vec<String>,
     /// `NVSHMEM_REMOTE_TRANSPORT`, when set.
@@ -147,11 +151,27 @@ pub fn probe() -> Result<NvshmemInfo, Error> {
     };
     let (heap_bytes, heap_from_env) = heap_size()?;
     let (transports, bootstraps) = (plugins("nvshmem_transport_"), plugins("nvshmem_bootstrap_"));
+    let unloadable = transports
+        .iter()
+        .filter_map(|name| {
+            let dir = dir.as_ref()?;
+            let file = std::fs::read_dir(dir).ok()?.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&format!("nvshmem_transport_{name}.so")))
+            })?;
+            // Lazy binding: what fails is a library the plugin needs, not a symbol NVSHMEM provides later.
+            // SAFETY: loading runs the plugin's initialisers, which NVSHMEM's own loading runs as well.
+            let opened = unsafe { libloading::os::unix::Library::open(Some(&file), libloading::os::unix::RTLD_LAZY) };
+            opened.err().map(|e| (name.clone(), e.to_string()))
+        })
+        .collect();
     Ok(NvshmemInfo {
         library: dir.map_or_else(|| lib.path.clone(), |d| d.join(SONAME)),
         version: Version { major, minor, patch },
         openshmem,
         transports,
+        unloadable,
         bootstraps,
         remote_transport: std::env::var(REMOTE_TRANSPORT_ENV).ok().filter(|v| !v.is_empty()),
         heap_bytes,
