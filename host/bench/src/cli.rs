@@ -532,6 +532,11 @@ fn measure_all(
     if !env.is_empty() {
         data.meta.notes.push(format!("Environment: `{}`.", env.join(" ")));
     }
+    // Processes sharing a GPU run at once only under MPS: their figures mean something else without it.
+    data.meta.notes.push(match ferrocomm::system::mps() {
+        ferrocomm::system::Mps::Active { .. } => "MPS: on (processes sharing a GPU run their kernels at once).".to_owned(),
+        _ => "MPS: off (processes sharing a GPU take turns).".to_owned(),
+    });
 
     let mut runs: Vec<(Mode, Option<String>, u32)> = Vec::new();
     for &mode in modes {
