@@ -15,7 +15,8 @@
 //! On one GPU, a third test starts CUDA's Multi-Process Service (MPS: the PEs' kernels wait for each other,
 //! so they must run at once) and runs the same checks with two, then four PEs sharing the GPU, each a
 //! process of its own (`FERROCOMM_RANKS_PER_GPU`). It says so and skips when MPS cannot start (it needs
-//! root), and fails instead under `FERROCOMM_REQUIRE_GPUS`.
+//! root), and fails instead under `FERROCOMM_REQUIRE_GPUS`. Then two faults: a PE that never initialises and
+//! a PE that dies between two all-reduces, each an error that names the PE on the survivor, never a hang.
 
 use std::time::Duration;
 
@@ -156,6 +157,8 @@ fn check_bench_operations(team: &Team) {
 
 /// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
 const RANK_ENV: &str = "FERROCOMM_TEST_NVSHMEM_RANK";
+/// What a spawned rank plays: `checks` (every check of the suite) or `dies` (PE 1 aborts between two all-reduces).
+const SCENARIO_ENV: &str = "FERROCOMM_TEST_NVSHMEM_SCENARIO";
 
 #[test]
 fn two_pes_in_two_processes_put_signal_and_all_reduce() {
@@ -183,20 +186,24 @@ fn two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce() {
         Ok(daemon) => daemon,
         Err(why) => return skip_or_fail(format!("MPS cannot start here, and PEs sharing a GPU need it: {why}")),
     };
-    for world in [2, 4] {
-        let ranks: Vec<usize> = (0..world).collect();
-        let started = std::time::Instant::now();
-        let outputs = local_job::job(world, &ranks, Duration::from_secs(240), |_| {
+    let shared_gpu_job = |world: usize, ranks: &[usize], scenario: &str, deadline: u64| {
+        local_job::job(world, ranks, Duration::from_secs(deadline), |_| {
             let mut env = vec![
                 (RANK_ENV, "1".to_owned()),
+                (SCENARIO_ENV, scenario.to_owned()),
                 ("FERROCOMM_BACKEND", "cuda".to_owned()),
                 ("FERROCOMM_RANKS_PER_GPU", world.to_string()),
+                ("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "10000".to_owned()),
                 ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
             ];
             env.extend(daemon.env());
             env
-        });
-        for o in &outputs {
+        })
+    };
+    for world in [2, 4] {
+        let ranks: Vec<usize> = (0..world).collect();
+        let started = std::time::Instant::now();
+        for o in &shared_gpu_job(world, &ranks, "checks", 240) {
             assert!(
                 o.code == Some(0) && o.outcome() == "ok",
                 "{world} PEs on one GPU: {o:?}\nMPS log: {}",
@@ -205,6 +212,19 @@ fn two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce() {
         }
         eprintln!("{world} PEs on one GPU under MPS: every check passed ({:.1} s)", started.elapsed().as_secs_f64());
     }
+
+    // A PE that never initialises: PE 0 is told which one, within the rendezvous window, and exits.
+    let outputs = shared_gpu_job(2, &[0], "checks", 60);
+    let pe0 = &outputs[0];
+    assert!(pe0.code == Some(1) && pe0.outcome().starts_with("error") && pe0.outcome().contains('1'), "{pe0:?}");
+    eprintln!("a PE that never initialises: {}", pe0.outcome());
+
+    // A PE that dies between two all-reduces: the survivor's second one ends in an error naming it.
+    let outputs = shared_gpu_job(2, &[0, 1], "dies", 90);
+    let pe0 = &outputs[0];
+    assert!(pe0.code == Some(1) && pe0.outcome().starts_with("error") && pe0.outcome().contains('1'), "{pe0:?}");
+    assert_ne!(outputs[1].code, Some(0), "{:?}", outputs[1]);
+    eprintln!("a PE that dies mid-job: {}", pe0.outcome());
 }
 
 /// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`] or
@@ -220,9 +240,21 @@ fn rank_process() {
         let team = Team::builder().nvshmem(true).timeout(Duration::from_secs(5)).build()?;
         let world: usize = std::env::var("WORLD_SIZE")?.parse()?;
         assert!(team.spans_processes() && team.world() == world && team.backend() == Backend::Cuda);
-        check_put_signal(&team, 1000, 256, 3)?;
-        check_all_reduce(&team, 333, 256, 3)?;
-        check_bench_operations(&team);
+        match std::env::var(SCENARIO_ENV).as_deref() {
+            Ok("dies") => {
+                check_all_reduce(&team, 333, 256, 3)?;
+                if team.local_ranks()[0] == 1 {
+                    // Gone without a word, as a process the OOM killer takes is.
+                    std::process::abort();
+                }
+                check_all_reduce(&team, 333, 256, 3)?;
+            }
+            _ => {
+                check_put_signal(&team, 1000, 256, 3)?;
+                check_all_reduce(&team, 333, 256, 3)?;
+                check_bench_operations(&team);
+            }
+        }
         Ok(())
     };
     let outcome = match played() {

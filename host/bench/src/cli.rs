@@ -534,7 +534,9 @@ fn measure_all(
     }
     // Processes sharing a GPU run at once only under MPS: their figures mean something else without it.
     data.meta.notes.push(match ferrocomm::system::mps() {
-        ferrocomm::system::Mps::Active { .. } => "MPS: on (processes sharing a GPU run their kernels at once).".to_owned(),
+        ferrocomm::system::Mps::Active { .. } => {
+            "MPS: on (processes sharing a GPU run their kernels at once).".to_owned()
+        }
         _ => "MPS: off (processes sharing a GPU take turns).".to_owned(),
     });
 
