@@ -195,6 +195,10 @@ fn two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce() {
                 ("FERROCOMM_RANKS_PER_GPU", world.to_string()),
                 ("FERROCOMM_RENDEZVOUS_TIMEOUT_MS", "10000".to_owned()),
                 ("NVSHMEM_DISABLE_NVLS", "1".to_owned()),
+                // Each PE's share of the SMs: grids are sized for the SMs a process sees, and PEs that each
+                // size theirs for the whole GPU cannot all be resident (a kernel waits for blocks that never
+                // start). NVSHMEM also gives full MPG support only when the shares add up to 100 %.
+                ("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", (100 / world).to_string()),
             ];
             env.extend(daemon.env());
             env

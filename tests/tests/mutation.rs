@@ -186,3 +186,38 @@ fn the_ci_sample_fails_on_a_site_the_tool_no_longer_finds() {
     let (passed, out) = ci_sample_on_fixture("lib.rs:publish:set_release#2/relaxed", "publish_is_seen");
     assert!(!passed && out.contains("no longer finds it"), "{out}");
 }
+
+#[test]
+fn marking_accepted_survivors_changes_only_their_cells() {
+    if on_device() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("kernels-rs/collectives/MUTANTS.md");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let rows = "| site | operator | before → after | result |\n| --- | --- | --- | --- |\n\
+                | `a.rs:f:quiet#1/removed` (a.rs:3) | quiet removed | `x` → (line removed) | **survived** |\n\
+                | `a.rs:f:quiet#2/removed` (a.rs:4) | quiet removed | `y` → (line removed) | **survived** |\n\
+                | `a.rs:g:set_release#1/relaxed` (a.rs:9) | release → relaxed | `s` → `t` | killed by `check` `t1` |\n";
+    let table = |accepted: &str| format!("# Mutants\n\n{rows}\n## Accepted survivors\n\n{accepted}");
+    let root = dir.path().to_str().expect("a UTF-8 temporary path");
+
+    std::fs::write(&path, table("- `a.rs:f:quiet#1/removed`: the token's drop quiets.\n")).unwrap();
+    let out = mutate(&["--root", root, "--mark-accepted"]);
+    assert!(!out.status.success(), "a survivor without a reason must fail:\n{}", text(&out));
+    assert!(text(&out).contains("SURVIVED a.rs:f:quiet#2/removed"), "{}", text(&out));
+    let marked = std::fs::read_to_string(&path).unwrap();
+    assert!(marked.contains(
+        "| `a.rs:f:quiet#1/removed` (a.rs:3) | quiet removed | `x` → (line removed) | **survived** (accepted) |"
+    ));
+    assert!(
+        marked.contains("| `a.rs:f:quiet#2/removed` (a.rs:4) | quiet removed | `y` → (line removed) | **survived** |")
+    );
+    assert!(marked.contains("| killed by `check` `t1` |"), "a kill's cell must not change:\n{marked}");
+
+    std::fs::write(&path, table("- `a.rs:f:quiet#1/removed`: drop.\n- `a.rs:f:quiet#2/removed`: drop.\n")).unwrap();
+    let out = mutate(&["--root", root, "--mark-accepted"]);
+    assert!(out.status.success(), "every survivor accepted:\n{}", text(&out));
+    let marked = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(marked.matches("**survived** (accepted)").count(), 2, "{marked}");
+}

@@ -31,29 +31,14 @@ pub enum SizeError {
     BadStep(String),
 }
 
-/// Reads one size: a whole number with an optional binary unit (`B`, `K`/`KB`/`KiB`, `M`…, `G`…, `T`…),
-/// case-insensitive, spaces allowed between number and unit.
+/// Reads one size of the bench: [`ferrocomm::size::parse_size`]'s forms, not zero and at most
+/// [`MAX_SIZE`].
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
-    let t = text.trim();
-    if t.is_empty() {
-        return Err(SizeError::Empty(text.to_owned()));
-    }
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let digits: String = digits.chars().filter(|c| *c != '_').collect();
-    if digits.is_empty() {
-        return Err(SizeError::Invalid(text.to_owned()));
-    }
-    let number: u64 = digits.parse().map_err(|_| SizeError::TooLarge(text.to_owned()))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        _ => return Err(SizeError::Invalid(text.to_owned())),
-    };
-    let bytes = number.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(text.to_owned()))?;
+    let bytes = ferrocomm::size::parse_size(text).map_err(|e| match e {
+        ferrocomm::size::SizeError::Empty(t) => SizeError::Empty(t),
+        ferrocomm::size::SizeError::Invalid(t) => SizeError::Invalid(t),
+        ferrocomm::size::SizeError::TooLarge(t) => SizeError::TooLarge(t),
+    })?;
     match bytes {
         0 => Err(SizeError::Zero(text.to_owned())),
         b if b > MAX_SIZE => Err(SizeError::TooLarge(text.to_owned())),

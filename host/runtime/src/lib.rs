@@ -53,6 +53,7 @@ pub mod memory;
 pub mod module;
 pub mod nvshmem;
 mod process;
+pub mod size;
 pub mod stream;
 pub mod system;
 pub mod team;

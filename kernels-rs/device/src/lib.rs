@@ -107,7 +107,14 @@ pub mod prelude {
         lane_id, smid, thread_idx, thread_rank, warp_id, warp_lanes, warp_mask, warps_per_block,
     };
     pub use crate::ll::{ll_flag, ll_packets, put_ll, read_ll};
+    // 0.1's group-suffixed calls, deprecated for one release (CHANGELOG.md).
+    #[allow(deprecated)]
+    pub use crate::ll::{put_ll_block, put_ll_warp, read_ll_block, read_ll_warp};
     pub use crate::put::{PutSource, PutToken, fence, get, put, put_nbi, put_signal, quiet};
+    #[allow(deprecated)]
+    pub use crate::put::{
+        get_block, get_warp, put_block, put_block_nbi, put_signal_block, put_signal_warp, put_warp, put_warp_nbi,
+    };
     pub use crate::shared::{SharedSlice, dynamic_shared};
     pub use crate::shared_array;
     pub use crate::signal::{Channel, Cmp, Session, Signal, SignalOp, SignalPad};

@@ -232,6 +232,36 @@ pub fn read_ll<T: DeviceCopy>(group: Group, dst: &mut [T], src: impl Into<PeerSl
     group.sync();
 }
 
+// The group-suffixed calls of 0.1's first API, kept for one release (CHANGELOG.md).
+
+#[deprecated(since = "0.2.0", note = "use `put_ll(Group::Warp, dst, src, flag)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_ll_warp<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    put_ll(Group::Warp, dst, src, flag)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put_ll(Group::Block, dst, src, flag)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_ll_block<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: u32) {
+    put_ll(Group::Block, dst, src, flag)
+}
+
+#[deprecated(since = "0.2.0", note = "use `read_ll(Group::Warp, dst, src, flag)`")]
+#[inline(always)]
+#[track_caller]
+pub fn read_ll_warp<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    read_ll(Group::Warp, dst, src, flag)
+}
+
+#[deprecated(since = "0.2.0", note = "use `read_ll(Group::Block, dst, src, flag)`")]
+#[inline(always)]
+#[track_caller]
+pub fn read_ll_block<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    read_ll(Group::Block, dst, src, flag)
+}
+
 impl PeerSliceMut<LlPacket> {
     /// Stores packet `i` with one 16-byte volatile store (panics when out of bounds).
     #[inline(always)]

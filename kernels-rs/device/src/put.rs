@@ -337,3 +337,62 @@ pub fn fence() {
 pub fn quiet() {
     fence_acq_rel_sys();
 }
+
+// The group-suffixed calls of 0.1's first API, kept for one release so that kernels written against it
+// build with a warning naming the replacement (CHANGELOG.md).
+
+#[deprecated(since = "0.2.0", note = "use `put(Group::Warp, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
+    put(Group::Warp, dst, src)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put(Group::Block, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
+    put(Group::Block, dst, src)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put_nbi(Group::Warp, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_warp_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
+    put_nbi(Group::Warp, dst, src)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put_nbi(Group::Block, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_block_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -> PutToken<'src> {
+    put_nbi(Group::Block, dst, src)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put_signal(Group::Warp, dst, src, signal, op)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_signal_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
+    put_signal(Group::Warp, dst, src, signal, op)
+}
+
+#[deprecated(since = "0.2.0", note = "use `put_signal(Group::Block, dst, src, signal, op)`")]
+#[inline(always)]
+#[track_caller]
+pub fn put_signal_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: Signal, op: SignalOp) {
+    put_signal(Group::Block, dst, src, signal, op)
+}
+
+#[deprecated(since = "0.2.0", note = "use `get(Group::Warp, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn get_warp<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
+    get(Group::Warp, dst, src)
+}
+
+#[deprecated(since = "0.2.0", note = "use `get(Group::Block, dst, src)`")]
+#[inline(always)]
+#[track_caller]
+pub fn get_block<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
+    get(Group::Block, dst, src)
+}

@@ -31,6 +31,7 @@ use std::sync::Mutex;
 use cudarc::driver::sys::CUmodule;
 
 use crate::error::Error;
+use crate::size::parse_size;
 pub(crate) use sys::UniqueId;
 use sys::{HostLib, INIT_WITH_UNIQUEID, InitAttr};
 
@@ -193,25 +194,13 @@ fn loaded_from(path: &Path) -> Option<PathBuf> {
 /// `T` suffix of powers of 1024), else its default; and whether it came from the variable.
 pub fn heap_size() -> Result<(u64, bool), Error> {
     match std::env::var(SYMMETRIC_SIZE_ENV) {
-        Ok(v) if !v.trim().is_empty() => parse_size(&v).map(|b| (b, true)).ok_or(Error::BadEnv {
+        Ok(v) if !v.trim().is_empty() => parse_size(&v).map(|b| (b, true)).map_err(|_| Error::BadEnv {
             var: SYMMETRIC_SIZE_ENV,
             value: v,
             expected: "a size in bytes, or with a K, M, G or T suffix (e.g. 2G)",
         }),
         _ => Ok((DEFAULT_SYMMETRIC_SIZE, false)),
     }
-}
-
-fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (digits, shift) = match t.chars().last()?.to_ascii_uppercase() {
-        'K' => (&t[..t.len() - 1], 10),
-        'M' => (&t[..t.len() - 1], 20),
-        'G' => (&t[..t.len() - 1], 30),
-        'T' => (&t[..t.len() - 1], 40),
-        _ => (t, 0),
-    };
-    digits.trim().parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
 
 /// Bytes in words a heap error reads well with (`1.5 GiB`).
@@ -323,7 +312,7 @@ impl Nvshmem {
         // failed growth leaves its heap broken, and its next barrier ends the process. The bound is what the
         // GPU has free (the context of the rank allocating is current) and NVSHMEM_MAX_MEMORY_PER_GPU.
         let free = cudarc::driver::result::mem_get_info().ok().map(|(free, _)| free as u64);
-        let most = std::env::var(MAX_MEMORY_ENV).ok().and_then(|v| parse_size(&v));
+        let most = std::env::var(MAX_MEMORY_ENV).ok().and_then(|v| parse_size(&v).ok());
         let over = free.is_some_and(|f| bytes as u64 > f) || most.is_some_and(|m| live + bytes as u64 > m);
         // SAFETY: NVSHMEM is initialised; the size is a plain count.
         let ptr = if over { std::ptr::null_mut() } else { unsafe { (self.lib.malloc)(bytes) } };
@@ -398,11 +387,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_parse_as_nvshmem_reads_them() {
-        assert_eq!(parse_size("1024"), Some(1024));
-        assert_eq!(parse_size("2G"), Some(2 << 30));
-        assert_eq!(parse_size("512m"), Some(512 << 20));
-        assert_eq!(parse_size("x"), None);
+    fn heap_sizes_read_well_in_errors() {
         assert_eq!(human(3 << 29), "1.5 GiB");
     }
 

@@ -19,7 +19,7 @@
 //!
 //! | variable | effect |
 //! | --- | --- |
-//! | `FERROCOMM_TRACE=1` | trace every team the process builds (`0`: no, whatever the code says) |
+//! | `FERROCOMM_TRACE=1` | trace every team the process builds (`0`: none), unless its builder says otherwise (`TeamBuilder::trace`) |
 //! | `FERROCOMM_TRACE_DIR` | where a dropped team writes `ferrocomm-trace-<pid>-team<id>.json` (default `.`) |
 //! | `FERROCOMM_TRACE_EVENTS` | events per rank per launch (default 65536) |
 

@@ -2,6 +2,7 @@
 //! runs on (sized from their SM count) and for the CPU emulator (tiny grids, tiny buffers, so its tests run
 //! every path — segmented two-shot included — in little time).
 
+use ferrocomm::size::parse_size;
 use ferrocomm::{Backend, Device, Team};
 
 use super::CommError;
@@ -130,7 +131,7 @@ impl Tuning {
         for pair in overrides.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = |why: &str| CommError::BadTuning { reason: format!("`{pair}` in {source}: {why}") };
             let (field, value) = pair.split_once('=').ok_or_else(|| bad("write field=value"))?;
-            let value = parse_size(value.trim()).ok_or_else(|| bad("the value is not a whole number or size"))?;
+            let value = parse_size(value).map_err(|_| bad("the value is not a whole number or size"))?;
             let small = |v: u64| u32::try_from(v).map_err(|_| bad("the value is too large"));
             match field.trim() {
                 "threads" => next.threads = small(value)?,
@@ -291,20 +292,6 @@ impl Tuning {
     }
 }
 
-/// `123`, `64KiB`, `4MiB`, `1GiB` (also `K`, `KB`, … as binary units).
-fn parse_size(text: &str) -> Option<u64> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return None,
-    };
-    number.parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
 fn grid(vectors: usize, threads: u32, per_thread: u32, cap: u32) -> u32 {
     let per_block = threads as usize * per_thread as usize;
     vectors.div_ceil(per_block).clamp(1, cap.max(1) as usize) as u32
@@ -398,8 +385,7 @@ mod tests {
         assert!(t.apply("threads").unwrap_err().to_string().contains("field=value"));
         assert!(t.apply("threads=many").unwrap_err().to_string().contains("not a whole number"));
         assert!(t.apply("threads=8GiB").unwrap_err().to_string().contains("too large"));
-        assert_eq!(parse_size("4MiB"), Some(4 << 20));
-        assert_eq!(parse_size("7x"), None);
+        assert!(t.apply("threads=7x").unwrap_err().to_string().contains("not a whole number"));
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub fn check_put_signal(team: &Team, len: usize, threads: u32, launches: usize) 
             compare(&what, rank, &expected[rank], &dst.to_host(rank)?)?;
             compare(&format!("{what}: reachable ranks"), rank, &vec![1; world], &reach.to_host(rank)?)?;
         }
+        // The kernel has no handshake that keeps a rank's next put out of a `dst` its host still reads:
+        // with ranks in other processes, every process finishes its checks before any launches again.
+        team.agree("check_put_signal", &format!("launch {launch} checked"))?;
     }
     Ok(())
 }

@@ -1,0 +1,82 @@
+//! Sizes in bytes as people write them, for every variable, option and file that takes one: a whole
+//! number with an optional binary unit — `4096`, `8B`, `64K`, `64KB`, `64KiB`, `1 MiB`, `2g`, `1T` —
+//! case-insensitive, `_` allowed between digits, spaces around the unit.
+//!
+//! ```
+//! use ferrocomm::size::parse_size;
+//! assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+//! assert_eq!(parse_size(" 2g "), Ok(2 << 30));
+//! assert!(parse_size("1.5MiB").is_err());
+//! ```
+
+/// Why a size did not parse; each names the text it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// Nothing, or only spaces.
+    #[error("empty size {0:?}: write a number of bytes, e.g. 4096, 64KiB or 1MiB")]
+    Empty(String),
+    /// Not a whole number with a known unit.
+    #[error("{0:?} is not a size: write a whole number with an optional unit B, K/KB/KiB, M…, G…, T… (e.g. 64KiB)")]
+    Invalid(String),
+    /// More bytes than a `u64` holds.
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
+}
+
+/// Reads one size in bytes (see the module's description for the forms it takes).
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Err(SizeError::Empty(text.to_owned()));
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '_').unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let digits: String = digits.chars().filter(|c| *c != '_').collect();
+    if digits.is_empty() {
+        return Err(SizeError::Invalid(text.to_owned()));
+    }
+    let number: u64 = digits.parse().map_err(|_| SizeError::TooLarge(text.to_owned()))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(SizeError::Invalid(text.to_owned())),
+    };
+    number.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_parses() {
+        for (text, want) in [
+            ("4096", 4096),
+            ("8B", 8),
+            ("64K", 64 << 10),
+            ("64kb", 64 << 10),
+            ("64KiB", 64 << 10),
+            (" 1 MiB ", 1 << 20),
+            ("512m", 512 << 20),
+            ("2G", 2 << 30),
+            ("1T", 1 << 40),
+            ("1_024", 1024),
+            ("0", 0),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn bad_sizes_are_named() {
+        assert_eq!(parse_size("  "), Err(SizeError::Empty("  ".into())));
+        assert_eq!(parse_size("1.5MiB"), Err(SizeError::Invalid("1.5MiB".into())));
+        assert_eq!(parse_size("MiB"), Err(SizeError::Invalid("MiB".into())));
+        assert_eq!(parse_size("3 parsecs"), Err(SizeError::Invalid("3 parsecs".into())));
+        assert_eq!(parse_size("99999999999999999999"), Err(SizeError::TooLarge("99999999999999999999".into())));
+        assert_eq!(parse_size("16777216T"), Err(SizeError::TooLarge("16777216T".into())));
+    }
+}
