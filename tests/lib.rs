@@ -1,4 +1,4 @@
-//! Shared helpers of the integration tests: the timeouts they give emulated teams.
+//! Shared helpers of the integration tests: the timeouts they give emulated teams, and the workspace's root.
 //!
 //! A test's time window is one of two kinds. A **limit** on how long correct work may take only has to
 //! catch a hang: the emulator runs a host thread per GPU thread, on however few cores the machine has and
@@ -7,6 +7,7 @@
 //! after it — is also the limit on the launches the same team runs correctly, so it is seconds, not
 //! milliseconds. Tests that know they run on a GPU keep their shorter windows.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// An emulated team's timeout where every wait ends: long enough that only a hang reaches it.
@@ -15,3 +16,8 @@ pub const EMULATED_LIMIT: Duration = Duration::from_secs(120);
 /// An emulated team's timeout where a test waits for a timeout on purpose: the time it costs such a test,
 /// and the limit on that team's other launches, which are small.
 pub const EMULATED_HANG: Duration = Duration::from_secs(3);
+
+/// The workspace's root: the folder above this package.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests package sits in the workspace").to_owned()
+}

@@ -3,9 +3,10 @@
 //! ptxas refusing the PTX). These run cargo, so they skip on the GPU machine.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ferrocomm_builder::{Arch, BuildError, PtxBuilder, ptx_entries, ptxas};
+use ferrocomm_tests::workspace_root;
 
 fn needs_cargo() -> bool {
     if std::env::var_os("FERROCOMM_ON_DEVICE").is_some() {
@@ -13,10 +14,6 @@ fn needs_cargo() -> bool {
         return false;
     }
     true
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
 /// A standalone kernels crate (no dependencies) with the given `lib.rs`, pinned to the workspace toolchain.

@@ -6,11 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
+use ferrocomm_tests::workspace_root;
 use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
 
 /// The Markdown files of the tree, without build outputs and copies of other trees.
 fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -98,6 +95,8 @@ fn every_markdown_link_resolves() {
     files.sort();
     assert!(files.iter().any(|f| f.ends_with("README.md")), "no README.md under {}", root.display());
     let mut broken = Vec::new();
+    // Each linked page's anchors, read once however many links point into it.
+    let mut headings_of: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         let page = file.strip_prefix(&root).unwrap().display().to_string();
@@ -113,7 +112,9 @@ fn every_markdown_link_resolves() {
             }
             let Some(fragment) = fragment.filter(|f| !f.is_empty()) else { continue };
             if target.extension().is_some_and(|e| e == "md") {
-                let headings = anchors(&std::fs::read_to_string(&target).unwrap());
+                let headings = headings_of
+                    .entry(target.clone())
+                    .or_insert_with(|| anchors(&std::fs::read_to_string(&target).unwrap()));
                 if !headings.contains(fragment) {
                     broken.push(format!("{page}: `{dest}`: no heading with the anchor `#{fragment}`"));
                 }

@@ -4,13 +4,10 @@
 //! (The trybuild suite, `tests/macro-ui`, covers the host side.) Runs cargo, so it skips on the GPU machine.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ferrocomm_builder::{Arch, PtxBuilder, ptx_entries};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
+use ferrocomm_tests::workspace_root;
 
 const KERNELS: &str = r#"
 #![cfg_attr(target_arch = "nvptx64", no_std)]

@@ -11,8 +11,10 @@
 //!
 //! All need cargo and python3, so they skip on the GPU machine (`FERROCOMM_ON_DEVICE=1`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use ferrocomm_tests::workspace_root;
 
 /// The targets of `tools/mutate` and their tables.
 const TABLES: &[(&str, &str)] = &[
@@ -21,10 +23,6 @@ const TABLES: &[(&str, &str)] = &[
     ("nvshmem", "kernels-rs/nvshmem/MUTANTS.md"),
     ("custom-kernel", "examples/custom_kernel/MUTANTS.md"),
 ];
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
 
 fn on_device() -> bool {
     let skip = std::env::var_os("FERROCOMM_ON_DEVICE").is_some();
