@@ -20,6 +20,9 @@ use ferrocomm_kernels::{Algorithm, Communicator, Op, PingProtocol};
 /// emulating hundreds of GPU threads on as few as two cores (the tensor-parallel GEMV's `mma.sync` among
 /// them), so a launch can take seconds: a hang still fails, after a minute.
 const STUCK_AFTER: Duration = Duration::from_secs(60);
+// tools/mutate's budget for a mutant's run outlasts `EMULATED_LIMIT`, so a deadlock mutant's kill by this
+// watchdog is seen as a kill, not a hang.
+const _: () = assert!(STUCK_AFTER.as_secs() <= ferrocomm_tests::EMULATED_LIMIT.as_secs());
 
 fn emulated(world: usize) -> Team {
     Team::builder().backend(Backend::Emulator).world(world).timeout(STUCK_AFTER).build().expect("team")

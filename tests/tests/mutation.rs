@@ -177,6 +177,30 @@ fn the_ci_sample_fails_on_a_kill_by_a_hang() {
 }
 
 #[test]
+fn a_kill_by_the_tests_watchdog_is_a_kill() {
+    if on_device() {
+        return;
+    }
+    // The mutant's test fails after 3 s of the 5 s budget and again, on its own, after 3 s more: each run
+    // has a whole budget, so the second is not cut short into a "hang".
+    let (passed, out) = ci_sample_on_fixture("lib.rs:await_flag:wait_acquire#1/relaxed", "await_is_seen");
+    assert!(passed && out.contains("killed by await_is_seen") && out.contains("the watchdog"), "{out}");
+}
+
+#[test]
+fn the_hang_budget_outlasts_the_emulated_watchdog() {
+    // A deadlocked mutant fails by the team's wait timeout; tools/mutate must give it time to.
+    let tool = std::fs::read_to_string(workspace_root().join("tools/mutate")).unwrap();
+    let grace: u64 = tool
+        .lines()
+        .find_map(|l| l.strip_prefix("HANG_GRACE_S = "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("tools/mutate sets HANG_GRACE_S = <seconds>");
+    let watchdog = ferrocomm_tests::EMULATED_LIMIT.as_secs();
+    assert!(grace >= watchdog + 20, "HANG_GRACE_S = {grace} s leaves a {watchdog} s watchdog too little time");
+}
+
+#[test]
 fn the_ci_sample_fails_on_a_site_the_tool_no_longer_finds() {
     if on_device() {
         return;

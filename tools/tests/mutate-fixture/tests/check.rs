@@ -22,6 +22,11 @@ fn read_is_seen() {
 }
 
 #[test]
+fn await_is_seen() {
+    assert_eq!(mutate_fixture::await_flag(&Flag(AtomicU64::new(3))), 3, "the awaited value");
+}
+
+#[test]
 fn fails_unmutated() {
     panic!("this test fails on the unmutated tree");
 }

@@ -16,3 +16,7 @@ pub fn count(flag: &Flag) {
 pub fn read(flag: &Flag) -> u64 {
     flag.load_acquire()
 }
+
+pub fn await_flag(flag: &Flag) -> u64 {
+    flag.wait_acquire()
+}

@@ -33,4 +33,15 @@ impl Flag {
             std::thread::sleep(std::time::Duration::from_secs(1));
         }
     }
+
+    pub fn wait_acquire(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Fails as a deadlocked wait does under the team's watchdog: after most of the fixture's 5 s budget,
+    /// so that the failure and its second run together take longer than one budget.
+    pub fn wait_relaxed(&self) -> u64 {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        panic!("the wait timed out: the watchdog ended it");
+    }
 }
