@@ -110,6 +110,18 @@ pub fn run_custom_kernel(team: &Team, plan: &CustomPlan) -> Result<CustomReport,
         check_equal(&format!("{} graph replays: the sum", plan.steps), rank, &sums[rank], &acc.to_host(rank)?)?;
     }
 
+    // Back to back, as a framework queues work: no host wait between the replays, so only the READY signal
+    // keeps a rank from storing into an inbox that its successor's previous `accumulate` may still read,
+    // and only the data signals order the stores before the successor's next `accumulate`.
+    for _ in 0..plan.steps {
+        graph.replay()?.leave_in_stream();
+    }
+    team.synchronize()?;
+    sums = sums.iter().zip(&received).map(|(sum, x)| reference::accumulate(sum, x, plan.steps)).collect();
+    for &rank in &local {
+        check_equal(&format!("{} replays back to back: the sum", plan.steps), rank, &sums[rank], &acc.to_host(rank)?)?;
+    }
+
     // Timed replays on the last inputs; the sums keep growing by the same amounts.
     let (warmup, replays) = (2, plan.steps.max(3));
     let step = time_replays(&graph, 1, warmup, replays)?;

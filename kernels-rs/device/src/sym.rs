@@ -79,10 +79,19 @@ impl<T: DeviceCopy> SymSlice<T> {
 
     /// This rank's copy.
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "nvptx64"), track_caller)]
     pub fn local(&self) -> &[T] {
         if self.raw.len == 0 {
             return &[];
         }
+        // The emulator's checker: the slice reads the whole copy (no rank writes it during the launch), so
+        // every put into it must be ordered before, and a later put after, this launch of its rank.
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::emu::check::input_read(
+            self.raw.local as usize,
+            self.raw.len * core::mem::size_of::<T>(),
+            core::panic::Location::caller(),
+        );
         // SAFETY: `from_raw`'s contract: live, `len` elements, not written during the launch.
         unsafe { core::slice::from_raw_parts(self.raw.local, self.raw.len) }
     }

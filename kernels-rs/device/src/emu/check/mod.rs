@@ -32,8 +32,10 @@
 //! Tracked accesses are the device library's: puts and gets (every variant; a cooperative copy is checked
 //! and recorded whole for the thread that speaks for its group, and sampled at each other thread's
 //! position), `PeerSlice::read`, `PeerSliceMut::read`, `PeerSliceMut::write` into another rank's copy (a put,
-//! element by element), and taking `SymSliceMut::local_slice`/`local_slice_mut` (a read of the whole copy for
-//! as long as the slice lives, as its contract says: take it after the wait), and a host proxy's copy and
+//! element by element), taking `SymSliceMut::local_slice`/`local_slice_mut` (a read of the whole copy for
+//! as long as the slice lives, as its contract says: take it after the wait), taking `SymSlice::local` (a
+//! kernel input's copy, read whole: every put into it must be ordered before the launch, and the next put
+//! after it), and a host proxy's copy and
 //! signal for a descriptor a kernel pushed into a host queue, as the pusher's put with signal ([`Issued`]).
 //! A rank's writes into its own copy (the owner preparing data is not a put), plain loads and stores through
 //! raw pointers, and LL packets (which carry their own flags) are not tracked.
@@ -524,6 +526,20 @@ pub(crate) fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Loca
         weak::announce_private();
     }
     track(&[(addr, kind)], bytes, (0, 1), loc);
+}
+
+/// `SymSlice::local` of `bytes` bytes at `addr`: a read of a kernel input through plain loads, which no
+/// rank writes during the launch. Thread 0 of each block checks and records the whole copy (a later put
+/// into it must be ordered after the block's read); the block's other threads check 16 bytes at their own
+/// position, as a cooperative copy's lanes do, so thousands of threads taking the slice cost little more
+/// than one.
+pub(crate) fn input_read(addr: usize, bytes: usize, loc: &'static Location<'static>) {
+    let Some(t) = thread::try_current() else { return };
+    let lane = (t.linear_tid as usize, t.block_dim.iter().product::<u32>() as usize);
+    drop(t);
+    weak::before_plain_read(addr, bytes);
+    weak::announce_private();
+    track(&[(addr, Access::Read)], bytes, lane, loc);
 }
 
 /// The tracked accesses of one copy of `bytes` bytes (its source read, its destination written), by lane
