@@ -236,6 +236,9 @@ impl Veils {
             self.published(&t);
             return None;
         }
+        // `None` unless an older value is shown: a reader that sees memory's value (the store is visible to
+        // it, or its veil lifts now) reads it as any tracked load does, synchronising with its publication.
+        let mut shown = None;
         let mut value = load(addr, width);
         for v in list.iter().rev() {
             if v.new != value {
@@ -252,9 +255,10 @@ impl Veils {
                 break;
             }
             value = v.old;
+            shown = Some(value);
         }
         self.published(&t);
-        Some(value)
+        shown
     }
 
     /// Bytes `lo..hi` are about to be written (or read and written) through the library: veils over them
@@ -305,12 +309,13 @@ mod tests {
         let within = Within::of(Scope::Cta, at(0, 1));
         veils.publish((addr, 8, 9), within, writer_id(0, 1, 0), || word.store(9, Ordering::Relaxed));
         let never = || 1;
-        assert_eq!(veils.read(addr, 8, at(0, 1), never), Some(9));
+        // Inside the scope the store is memory's value: the load reads it as any load (and synchronises).
+        assert_eq!(veils.read(addr, 8, at(0, 1), never), None);
         assert_eq!(veils.read(addr, 8, at(0, 2), never), Some(5));
         assert_eq!(veils.read(addr, 8, at(1, 1), never), Some(5));
         // A `.gpu` release by the writer widens it to its rank.
         veils.release(Scope::Gpu, at(0, 1), writer_id(0, 1, 0), 0);
-        assert_eq!(veils.read(addr, 8, at(0, 2), never), Some(9));
+        assert_eq!(veils.read(addr, 8, at(0, 2), never), None);
         assert_eq!(veils.read(addr, 8, at(1, 1), never), Some(5));
         // A `.sys` release by a thread of the rank that acquired after it lifts it.
         veils.release(Scope::Sys, at(0, 3), writer_id(0, 3, 0), veils.now());
@@ -340,10 +345,25 @@ mod tests {
         let within = Within::of(Scope::Gpu, at(0, 0));
         veils.publish((addr, 8, 2), within, 0, || word.store(2, Ordering::Relaxed));
         word.store(3, Ordering::Relaxed);
-        assert_eq!(veils.read(addr, 8, at(1, 0), || 1), Some(3));
+        assert_eq!(veils.read(addr, 8, at(1, 0), || 1), None);
         assert!(!veils.active());
         veils.publish((addr, 8, 4), within, 0, || word.store(4, Ordering::Relaxed));
         assert_eq!(veils.read(addr, 4, at(1, 0), || 1), None);
+        assert!(!veils.active());
+    }
+
+    /// A veil that lifts as it is read shows memory's value, and so must not answer for the load: the
+    /// reader synchronises with the store's publication as any tracked load does. (Answering with the
+    /// new value let a reader acquire a signal without its writer's release, a false race.)
+    #[test]
+    fn a_veil_lifted_by_the_reader_leaves_the_load_to_memory() {
+        let word = Box::new(AtomicU64::new(0));
+        let addr = word.as_ptr() as usize;
+        let veils = Veils::default();
+        let within = Within::of(Scope::Cta, at(0, 0));
+        veils.publish((addr, 8, 1), within, writer_id(0, 0, 0), || word.store(1, Ordering::Relaxed));
+        let lift = || LIFT_ODDS;
+        assert_eq!(veils.read(addr, 8, at(1, 0), lift), None);
         assert!(!veils.active());
     }
 }
