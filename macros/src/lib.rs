@@ -4,6 +4,7 @@
 //! in two: `parse` reads and validates the item (every rejection is a spanned error that names the fix),
 //! `generate` writes the device entry, the host glue and the checks only the compiler can make.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod generate;
 mod parse;

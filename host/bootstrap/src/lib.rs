@@ -60,6 +60,8 @@
 //!
 //! The crate is for Linux: the mesh uses the abstract Unix-socket namespace.
 
+#![warn(missing_docs)]
+
 pub mod env;
 pub mod error;
 pub mod fd;

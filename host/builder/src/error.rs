@@ -203,6 +203,7 @@ pub enum BuildError {
         reason: String,
     },
 
+    /// A variable cargo sets for build scripts is missing: the builder was called from elsewhere.
     #[error("environment variable {0} is not set: call the builder from a build script")]
     MissingEnv(&'static str),
 

@@ -37,6 +37,7 @@
 //! (PTX, validated by ptxas), and a team initialised with NVSHMEM loads it instead of the ordinary modules.
 //! Where the bitcode is missing the flavour is skipped with a warning, unless `FERROCOMM_REQUIRE_NVSHMEM=1`.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod arch;
 pub mod command;

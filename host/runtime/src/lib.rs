@@ -43,6 +43,8 @@
 //! default 2000 on GPUs, 20000 on the emulator), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace
 //! mode, see [`trace`]).
 
+#![warn(missing_docs)]
+
 mod cuda;
 mod emu;
 pub mod error;

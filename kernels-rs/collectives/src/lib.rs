@@ -2,7 +2,7 @@
 //! (put, get, ping-pong), barrier, broadcast, all-gather, reduce-scatter, all-reduce and all-to-all — and
 //! its host API.
 //!
-//! ```no_run
+//! ```
 //! use ferrocomm::{SymBuffer, Team};
 //! use ferrocomm_device::bf16;
 //! use ferrocomm_kernels::{Communicator, Op};
@@ -10,7 +10,7 @@
 //! # fn main() -> Result<(), ferrocomm_kernels::CommError> {
 //! let team = Team::from_env()?; // every GPU, or the CPU emulator
 //! let mut comm = Communicator::new(&team)?;
-//! let mut grads = SymBuffer::from_host(&team, &vec![bf16::from_f32(1.0); 1 << 20])?;
+//! let mut grads = SymBuffer::from_host(&team, &vec![bf16::from_f32(1.0); 4096])?;
 //! comm.all_reduce(&mut grads, Op::Sum)?.wait()?; // LL, one-shot push or two-shot, by size
 //! assert_eq!(grads.to_host(0)?[0].to_f32(), team.world() as f32);
 //! # Ok(()) }
@@ -50,6 +50,7 @@
 //! no reset and no host involvement.
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
+#![warn(missing_docs)]
 
 pub mod element;
 pub mod kernels;

@@ -53,6 +53,7 @@
 //! | [`abi`] | the `#[repr(C)]` layouts shared with the host runtime |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
+#![warn(missing_docs)]
 
 pub mod abi;
 pub mod atomic;

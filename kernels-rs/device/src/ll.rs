@@ -234,6 +234,7 @@ pub fn read_ll<T: DeviceCopy>(group: Group, dst: &mut [T], src: impl Into<PeerSl
 
 // The group-suffixed calls of 0.1's first API, kept for one release (CHANGELOG.md).
 
+/// Deprecated: use `put_ll(Group::Warp, dst, src, flag)`.
 #[deprecated(since = "0.2.0", note = "use `put_ll(Group::Warp, dst, src, flag)`")]
 #[inline(always)]
 #[track_caller]
@@ -241,6 +242,7 @@ pub fn put_ll_warp<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag: 
     put_ll(Group::Warp, dst, src, flag)
 }
 
+/// Deprecated: use `put_ll(Group::Block, dst, src, flag)`.
 #[deprecated(since = "0.2.0", note = "use `put_ll(Group::Block, dst, src, flag)`")]
 #[inline(always)]
 #[track_caller]
@@ -248,6 +250,7 @@ pub fn put_ll_block<T: DeviceCopy>(dst: PeerSliceMut<LlPacket>, src: &[T], flag:
     put_ll(Group::Block, dst, src, flag)
 }
 
+/// Deprecated: use `read_ll(Group::Warp, dst, src, flag)`.
 #[deprecated(since = "0.2.0", note = "use `read_ll(Group::Warp, dst, src, flag)`")]
 #[inline(always)]
 #[track_caller]
@@ -255,6 +258,7 @@ pub fn read_ll_warp<T: DeviceCopy>(dst: &mut [T], src: impl Into<PeerSlice<LlPac
     read_ll(Group::Warp, dst, src, flag)
 }
 
+/// Deprecated: use `read_ll(Group::Block, dst, src, flag)`.
 #[deprecated(since = "0.2.0", note = "use `read_ll(Group::Block, dst, src, flag)`")]
 #[inline(always)]
 #[track_caller]

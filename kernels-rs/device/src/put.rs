@@ -341,6 +341,7 @@ pub fn quiet() {
 // The group-suffixed calls of 0.1's first API, kept for one release so that kernels written against it
 // build with a warning naming the replacement (CHANGELOG.md).
 
+/// Deprecated: use `put(Group::Warp, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `put(Group::Warp, dst, src)`")]
 #[inline(always)]
 #[track_caller]
@@ -348,6 +349,7 @@ pub fn put_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
     put(Group::Warp, dst, src)
 }
 
+/// Deprecated: use `put(Group::Block, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `put(Group::Block, dst, src)`")]
 #[inline(always)]
 #[track_caller]
@@ -355,6 +357,7 @@ pub fn put_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T]) {
     put(Group::Block, dst, src)
 }
 
+/// Deprecated: use `put_nbi(Group::Warp, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `put_nbi(Group::Warp, dst, src)`")]
 #[inline(always)]
 #[track_caller]
@@ -362,6 +365,7 @@ pub fn put_warp_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) -
     put_nbi(Group::Warp, dst, src)
 }
 
+/// Deprecated: use `put_nbi(Group::Block, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `put_nbi(Group::Block, dst, src)`")]
 #[inline(always)]
 #[track_caller]
@@ -369,6 +373,7 @@ pub fn put_block_nbi<'src, T: DeviceCopy>(dst: PeerSliceMut<T>, src: &'src [T]) 
     put_nbi(Group::Block, dst, src)
 }
 
+/// Deprecated: use `put_signal(Group::Warp, dst, src, signal, op)`.
 #[deprecated(since = "0.2.0", note = "use `put_signal(Group::Warp, dst, src, signal, op)`")]
 #[inline(always)]
 #[track_caller]
@@ -376,6 +381,7 @@ pub fn put_signal_warp<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: S
     put_signal(Group::Warp, dst, src, signal, op)
 }
 
+/// Deprecated: use `put_signal(Group::Block, dst, src, signal, op)`.
 #[deprecated(since = "0.2.0", note = "use `put_signal(Group::Block, dst, src, signal, op)`")]
 #[inline(always)]
 #[track_caller]
@@ -383,6 +389,7 @@ pub fn put_signal_block<T: DeviceCopy>(dst: PeerSliceMut<T>, src: &[T], signal: 
     put_signal(Group::Block, dst, src, signal, op)
 }
 
+/// Deprecated: use `get(Group::Warp, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `get(Group::Warp, dst, src)`")]
 #[inline(always)]
 #[track_caller]
@@ -390,6 +397,7 @@ pub fn get_warp<T: DeviceCopy>(dst: &mut [T], src: PeerSlice<T>) {
     get(Group::Warp, dst, src)
 }
 
+/// Deprecated: use `get(Group::Block, dst, src)`.
 #[deprecated(since = "0.2.0", note = "use `get(Group::Block, dst, src)`")]
 #[inline(always)]
 #[track_caller]

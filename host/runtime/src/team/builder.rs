@@ -46,12 +46,14 @@ pub fn ranks_per_gpu_from(env: impl Fn(&str) -> Option<String>) -> Result<Option
 
 /// Describes a team; [`TeamBuilder::build`] makes it. Builder settings win over the environment.
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
 /// use ferrocomm::{Backend, Team};
 /// # fn main() -> Result<(), ferrocomm::Error> {
-/// // Two ranks: one per GPU on a two-GPU machine, both on GPU 0 of a one-GPU machine.
-/// let team = Team::builder().backend(Backend::Cuda).world(2).timeout(Duration::from_millis(500)).build()?;
+/// // Three ranks on the CPU emulator, whatever the machine has. With `Backend::Cuda` they are one per GPU,
+/// // or share GPU 0 of a one-GPU machine.
+/// let team = Team::builder().backend(Backend::Emulator).world(3).timeout(Duration::from_secs(5)).build()?;
+/// assert_eq!((team.world(), team.backend()), (3, Backend::Emulator));
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -203,6 +205,8 @@ impl TeamBuilder {
         self
     }
 
+    /// Builds the team: finds this process's place in its job (a launcher's variables, or every visible GPU
+    /// of one process), opens the backend and, across processes, meets every rank at the rendezvous.
     pub fn build(self) -> Result<Team, Error> {
         let env = |var: &str| std::env::var(var).ok();
         let job = match (&self.job, self.single_process) {

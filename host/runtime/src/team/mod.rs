@@ -69,7 +69,7 @@ impl fmt::Display for Device {
 
 /// The ranks that run one kernel together: every rank in this process, or one rank per process of a job.
 ///
-/// ```no_run
+/// ```
 /// use ferrocomm::{Team, SymBuffer};
 /// # fn main() -> Result<(), ferrocomm::Error> {
 /// let team = Team::from_env()?; // every GPU, or the emulator when there is none
