@@ -24,9 +24,11 @@ mod sys;
 
 use std::ffi::c_void;
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use cudarc::driver::sys::CUmodule;
 
@@ -218,7 +220,8 @@ pub(crate) fn human(bytes: u64) -> String {
 /// The running NVSHMEM of a team: initialised when the team is made, finalised when it is dropped. One per
 /// process, as NVSHMEM is.
 pub(crate) struct Nvshmem {
-    lib: HostLib,
+    /// Unloaded only once NVSHMEM is finalised: an abandoned NVSHMEM's threads run its code to the end.
+    lib: ManuallyDrop<HostLib>,
     /// This process's PE (its team rank) and the number of PEs (the team's world).
     pub rank: usize,
     pub world: usize,
@@ -227,6 +230,9 @@ pub(crate) struct Nvshmem {
     pub reachable: Vec<bool>,
     /// Heap bytes handed out and live, for the heap error's arithmetic.
     live: Mutex<Vec<(u64, usize)>>,
+    /// A PE's process is gone ([`Nvshmem::abandon`]): the collective calls of the teardown would wait for it
+    /// forever, so they are not made.
+    abandoned: AtomicBool,
 }
 
 impl fmt::Debug for Nvshmem {
@@ -289,7 +295,15 @@ impl Nvshmem {
         }
         // SAFETY: NVSHMEM is initialised.
         let (pe, pes) = unsafe { ((lib.my_pe)(), (lib.n_pes)()) };
-        let mut nv = Nvshmem { lib, rank, world, version, reachable: Vec::new(), live: Mutex::new(Vec::new()) };
+        let mut nv = Nvshmem {
+            lib: ManuallyDrop::new(lib),
+            rank,
+            world,
+            version,
+            reachable: Vec::new(),
+            live: Mutex::new(Vec::new()),
+            abandoned: AtomicBool::new(false),
+        };
         if pe != me || pes != n {
             return Err(Error::TeamConfig {
                 reason: format!(
@@ -332,9 +346,13 @@ impl Nvshmem {
         Ok(ptr as u64)
     }
 
-    /// Frees a [`Nvshmem::malloc`] allocation (collective, like the allocation).
+    /// Frees a [`Nvshmem::malloc`] allocation (collective, like the allocation); leaks it once the team is
+    /// abandoned.
     pub fn free(&self, addr: u64) {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|&(a, _)| a != addr);
+        if self.is_abandoned() {
+            return;
+        }
         // SAFETY: `addr` came from `nvshmem_malloc` and is freed once, after every kernel using it.
         unsafe { (self.lib.free)(addr as *mut c_void) };
     }
@@ -372,13 +390,37 @@ impl Nvshmem {
     pub fn first_unreachable(&self) -> Option<usize> {
         self.reachable.iter().position(|r| !r)
     }
+
+    /// PEs `gone` have exited: from now on `free` and the finalisation, collective calls that would wait for
+    /// them forever, are not made. The heap and NVSHMEM's state are left to the process's end.
+    pub fn abandon(&self, gone: &[usize]) {
+        if !self.abandoned.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                "PE(s) {gone:?} exited: PE {} leaves NVSHMEM without freeing its heap or finalising (both wait \
+                 for every PE)",
+                self.rank
+            );
+        }
+    }
+
+    /// Whether [`Nvshmem::abandon`] was called.
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for Nvshmem {
     fn drop(&mut self) {
+        if self.is_abandoned() {
+            // Not finalised, so its proxy and bootstrap threads still run the library's code: it stays loaded.
+            return;
+        }
         // SAFETY: initialised by `init`; every allocation and module of the team is gone (the team drops
-        // this last, before its contexts).
-        unsafe { (self.lib.hostlib_finalize)() };
+        // this last, before its contexts). Finalised, NVSHMEM runs no thread, and `lib` is not used again.
+        unsafe {
+            (self.lib.hostlib_finalize)();
+            ManuallyDrop::drop(&mut self.lib);
+        }
     }
 }
 

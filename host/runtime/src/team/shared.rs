@@ -485,6 +485,7 @@ impl TeamShared {
         match part {
             Part::Nvshmem(addr) if !self.is_poisoned() => {
                 if let Some(nv) = &self.nvshmem {
+                    self.abandon_nvshmem_if_peers_exited(nv);
                     if let Err(e) = self.slot(rank).and_then(|slot| self.exec.make_current(slot)) {
                         tracing::error!("before freeing NVSHMEM memory of rank {rank}: {e}");
                     }
@@ -503,6 +504,18 @@ impl TeamShared {
                 }
             }
             Part::Mapped(_) => {}
+        }
+    }
+
+    /// NVSHMEM's teardown is collective (`nvshmem_free` and the finalisation wait for every PE): once a PE's
+    /// process has exited, this one would wait for it forever, so it leaves NVSHMEM as it is. Only processes
+    /// of this host can be seen to exit.
+    fn abandon_nvshmem_if_peers_exited(&self, nv: &crate::nvshmem::Nvshmem) {
+        if let Some(group) = &self.group {
+            let exited = group.exited_ranks();
+            if !exited.is_empty() {
+                nv.abandon(&exited);
+            }
         }
     }
 
@@ -557,6 +570,13 @@ impl Drop for TeamShared {
         }
         // NVSHMEM ends before the contexts and modules it was initialised on go.
         if let Some(nv) = self.nvshmem.take() {
+            self.abandon_nvshmem_if_peers_exited(&nv);
+            if nv.is_abandoned() {
+                // NVSHMEM was left unfinalised: its proxy and bootstrap threads still use the contexts and
+                // the modules, so they stay until the process ends.
+                drop(nv);
+                return;
+            }
             if let Err(e) = self.exec.make_current(0) {
                 tracing::error!("before finalising NVSHMEM: {e}");
             }
