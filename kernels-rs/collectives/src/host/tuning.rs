@@ -315,12 +315,20 @@ fn oldest_compute_capability(team: &Team) -> Result<u32, CommError> {
 }
 
 /// The multiprocessors each rank may fill with co-resident blocks: the fewest over the team's GPUs, each
-/// GPU's count divided by the ranks sharing it.
+/// GPU's count divided by the ranks sharing it. A process given its share of a GPU under MPS
+/// (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`) already sees that share as the GPU's count, so there only the
+/// ranks of one process divide it (a share the MPS daemon sets by default is not seen here, and is divided
+/// again: smaller grids, never too large ones).
 fn sms_per_rank(team: &Team) -> Result<u32, CommError> {
     let devices: Vec<Device> = (0..team.world()).map(|r| team.device(r)).collect::<Result<_, _>>()?;
+    let share_given = team.spans_processes() && std::env::var_os(MPS_SHARE_ENV).is_some();
+    let local = team.local_ranks();
     let mut fewest = u32::MAX;
     for device in &devices {
-        let sharing = devices.iter().filter(|d| *d == device).count() as u32;
+        let sharing = (0..devices.len())
+            .filter(|&r| devices[r] == *device && (!share_given || local.contains(&r)))
+            .count()
+            .max(1) as u32;
         let sms = match device {
             Device::Cuda { ordinal } => ferrocomm::system::gpu(*ordinal)?.multiprocessors,
             Device::Emulated { .. } => 2,
@@ -329,6 +337,9 @@ fn sms_per_rank(team: &Team) -> Result<u32, CommError> {
     }
     Ok(fewest)
 }
+
+/// The variable that gives an MPS client its share of a GPU's SMs.
+const MPS_SHARE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
 
 #[cfg(test)]
 mod tests {
