@@ -15,8 +15,9 @@
 //! On one GPU, a third test starts CUDA's Multi-Process Service (MPS: the PEs' kernels wait for each other,
 //! so they must run at once) and runs the same checks with two, then four PEs sharing the GPU, each a
 //! process of its own (`FERROCOMM_RANKS_PER_GPU`). It says so and skips when MPS cannot start (it needs
-//! root), and fails instead under `FERROCOMM_REQUIRE_GPUS`. Then two faults: a PE that never initialises and
-//! a PE that dies between two all-reduces, each an error that names the PE on the survivor, never a hang.
+//! root), and fails instead under `FERROCOMM_REQUIRE_GPUS`. Then three faults: a PE that never initialises
+//! and a PE that dies between two all-reduces, each an error that names the PE on the survivor, and a PE
+//! that dies before its put, whose peer's kernel ends in an error; never a hang.
 
 use std::time::Duration;
 
@@ -25,13 +26,14 @@ mod local_job;
 #[path = "support/mps.rs"]
 mod mps;
 
-use ferrocomm::{Backend, Error, SymBuffer, Team, nvshmem, system};
+use ferrocomm::{Backend, Error, LaunchConfig, SignalPadBuffer, SymBuffer, Team, nvshmem, system};
 use ferrocomm_device::{bf16, f16};
 use ferrocomm_nvshmem_kernels::__FERROCOMM_MODULE as MODULE;
 use ferrocomm_nvshmem_kernels::host::{
     BYTES_PER_BLOCK, NvshmemOps, check_all_gather, check_all_reduce, check_all_reduce_sum, check_all_to_all,
     check_ping_pong, check_put, check_put_signal,
 };
+use ferrocomm_nvshmem_kernels::nvshmem_put_signal;
 
 const REQUIRE_ENV: &str = "FERROCOMM_REQUIRE_GPUS";
 
@@ -157,7 +159,8 @@ fn check_bench_operations(team: &Team) {
 
 /// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
 const RANK_ENV: &str = "FERROCOMM_TEST_NVSHMEM_RANK";
-/// What a spawned rank plays: `checks` (every check of the suite) or `dies` (PE 1 aborts between two all-reduces).
+/// What a spawned rank plays: `checks` (every check of the suite), `dies` (PE 1 aborts between two
+/// all-reduces) or `dies-before-its-put` (PE 1 aborts once the put's buffers are allocated).
 const SCENARIO_ENV: &str = "FERROCOMM_TEST_NVSHMEM_SCENARIO";
 
 #[test]
@@ -229,6 +232,12 @@ fn two_and_four_pes_on_one_gpu_under_mps_put_signal_and_all_reduce() {
     assert!(pe0.code == Some(1) && pe0.outcome().starts_with("error") && pe0.outcome().contains('1'), "{pe0:?}");
     assert_ne!(outputs[1].code, Some(0), "{:?}", outputs[1]);
     eprintln!("a PE that dies mid-job: {}", pe0.outcome());
+
+    // A PE that dies before its put: the survivor's kernel ends at the team's timeout with an error.
+    let outputs = shared_gpu_job(2, &[0, 1], "dies-before-its-put", 90);
+    let pe0 = &outputs[0];
+    assert!(pe0.code == Some(1) && pe0.outcome().starts_with("error"), "{pe0:?}");
+    eprintln!("a PE that dies before its put: {}", pe0.outcome());
 }
 
 /// One rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`] or
@@ -245,6 +254,19 @@ fn rank_process() {
         let world: usize = std::env::var("WORLD_SIZE")?.parse()?;
         assert!(team.spans_processes() && team.world() == world && team.backend() == Backend::Cuda);
         match std::env::var(SCENARIO_ENV).as_deref() {
+            Ok("dies-before-its-put") => {
+                // Both PEs allocate the put's buffers; PE 1 is gone before it puts, so PE 0's kernel waits
+                // for a signal no PE will raise, and its put lands in the memory of a process that exited.
+                let src = SymBuffer::<u32>::new(&team, 1000)?;
+                let mut dst = SymBuffer::<u32>::new(&team, 2 * 1000)?;
+                let mut reach = SymBuffer::<u32>::new(&team, 2)?;
+                let pad = SignalPadBuffer::new(&team, "nvshmem_put_signal", 2)?;
+                if team.local_ranks()[0] == 1 {
+                    std::process::abort();
+                }
+                let cfg = LaunchConfig::new(1, 256);
+                nvshmem_put_signal::launch(&team, cfg, &src, &mut dst, &mut reach, &pad)?.wait()?;
+            }
             Ok("dies") => {
                 check_all_reduce(&team, 333, 256, 3)?;
                 if team.local_ranks()[0] == 1 {
