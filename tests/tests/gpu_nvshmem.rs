@@ -255,8 +255,10 @@ fn rank_process() {
         assert!(team.spans_processes() && team.world() == world && team.backend() == Backend::Cuda);
         match std::env::var(SCENARIO_ENV).as_deref() {
             Ok("dies-before-its-put") => {
-                // Both PEs allocate the put's buffers; PE 1 is gone before it puts, so PE 0's kernel waits
-                // for a signal no PE will raise, and its put lands in the memory of a process that exited.
+                // One put-with-signal round loads the module on both PEs; then both allocate the put's
+                // buffers and PE 1 is gone before it puts, so PE 0's kernel waits for a signal no PE will
+                // raise, and its put lands in the memory of a process that exited.
+                check_put_signal(&team, 1000, 256, 1)?;
                 let src = SymBuffer::<u32>::new(&team, 1000)?;
                 let mut dst = SymBuffer::<u32>::new(&team, 2 * 1000)?;
                 let mut reach = SymBuffer::<u32>::new(&team, 2)?;
