@@ -9,7 +9,6 @@
 //! | [`ops`] | the bench's operations (`ferrocomm bench --modes nvshmem`): put, ping-pong, all-gather, all-to-all and a one-shot all-reduce over many blocks, launched through [`host::NvshmemOps`] |
 #![cfg_attr(target_arch = "nvptx64", no_std)]
 #![cfg_attr(target_arch = "nvptx64", feature(abi_ptx))]
-#![warn(missing_docs)]
 
 use ferrocomm_device::kernel;
 use ferrocomm_device::nvshmem;
