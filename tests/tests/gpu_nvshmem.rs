@@ -160,7 +160,8 @@ fn check_bench_operations(team: &Team) {
 /// The variable that makes this binary play one rank of [`two_pes_in_two_processes_put_signal_and_all_reduce`].
 const RANK_ENV: &str = "FERROCOMM_TEST_NVSHMEM_RANK";
 /// What a spawned rank plays: `checks` (every check of the suite), `dies` (PE 1 aborts between two
-/// all-reduces) or `dies-before-its-put` (PE 1 aborts once the put's buffers are allocated).
+/// all-reduces) or `dies-before-its-put` (PE 1 aborts after one put round, once the next put's buffers are
+/// allocated).
 const SCENARIO_ENV: &str = "FERROCOMM_TEST_NVSHMEM_SCENARIO";
 
 #[test]
