@@ -12,6 +12,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use cudarc::driver::sys::CUmodule;
 
 use crate::error::Error;
 use crate::launch::{Kernel, LaunchConfig, ParamPack};
@@ -180,6 +181,41 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
 
     /// The backend's name in errors.
     fn name(&self) -> &'static str;
+}
+
+/// A symmetric heap the team's allocations come from instead of the backend's (NVSHMEM's): one rank per
+/// process, allocation and teardown collective over the processes. Dropping it finalises it, unless it was
+/// abandoned. The builder makes it; the core allocates from it, and the CUDA backend binds the modules
+/// linked with its device library.
+pub(crate) trait SymmetricHeap: Send + Sync + fmt::Debug {
+    /// This process's rank (its PE).
+    fn rank(&self) -> usize;
+
+    /// A symmetric allocation of `bytes` (collective: every rank makes the same ones, in the same order);
+    /// `label` names it in the error when the heap is too small.
+    fn malloc(&self, bytes: usize, label: &str) -> Result<u64, Error>;
+
+    /// Frees a [`SymmetricHeap::malloc`] allocation (collective, like the allocation); leaks it once the
+    /// heap is abandoned.
+    fn free(&self, addr: u64);
+
+    /// Where this rank's loads and stores reach rank `pe`'s copy of the heap address `addr`; 0 when they
+    /// do not.
+    fn peer_address(&self, addr: u64, pe: usize) -> u64;
+
+    /// Binds a loaded module that was linked with the heap's device library, after checking that it was
+    /// linked with this release of it.
+    fn bind_module(&self, module: CUmodule, name: &'static str, ptx: &str) -> Result<(), Error>;
+
+    /// The first rank this one cannot reach with loads and stores, if any.
+    fn first_unreachable(&self) -> Option<usize>;
+
+    /// Ranks `gone` have exited: from now on the collective calls that would wait for them forever (frees,
+    /// the finalisation) are not made, and the heap is left to the process's end.
+    fn abandon(&self, gone: &[usize]);
+
+    /// Whether [`SymmetricHeap::abandon`] was called.
+    fn is_abandoned(&self) -> bool;
 }
 
 /// Launches captured by a backend, in the form that backend replays (CUDA graphs, recorded launches).

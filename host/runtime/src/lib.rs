@@ -45,14 +45,17 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod cuda;
 mod emu;
 pub mod error;
+mod event;
 mod exec;
 pub mod graph;
 pub mod launch;
 pub mod memory;
 pub mod module;
+mod names;
 pub mod nvshmem;
 mod process;
 pub mod size;
@@ -61,6 +64,7 @@ pub mod system;
 pub mod team;
 pub mod trace;
 
+pub use builder::TeamBuilder;
 pub use error::{
     BufferRef, Cmp, DeviceError, DeviceErrors, Error, ErrorCount, GpuThread, LastRaised, Location, PendingWait,
     SignalRef, WaitForReport,
@@ -71,5 +75,5 @@ pub use memory::{CallerMemory, DeviceCopy, SignalPadBuffer, SymBuffer, WeakSymBu
 pub use module::{KernelModule, ModuleImage};
 pub use stream::{ExternalStream, StreamBinding};
 pub use system::Link;
-pub use team::{Backend, Device, RankRef, Team, TeamBuilder};
+pub use team::{Backend, Device, RankRef, Team};
 pub use trace::{TraceConfig, TraceEvent, TraceWhat};

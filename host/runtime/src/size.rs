@@ -47,6 +47,18 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     number.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(text.to_owned()))
 }
 
+/// Bytes in words an error reads well with (`1.5 GiB`), one decimal in the largest binary unit.
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,31 +12,11 @@ use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
 use cudarc::driver::{CudaContext, DriverError, result};
 
 use crate::error::{Error, cuda};
-use crate::team::Device;
+use crate::names::Device;
+pub use crate::names::Link;
 
 /// The oldest driver (as the CUDA version it supports, `major * 1000 + minor * 10`) ferrocomm calls into.
 pub const MIN_DRIVER_VERSION: i32 = 12_000;
-
-/// How two GPUs are connected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Link {
-    /// NVLink (peer access with native atomics over the link).
-    NvLink,
-    /// PCIe peer-to-peer (peer access, atomics not native).
-    Pcie,
-    /// No peer access at all.
-    None,
-}
-
-impl fmt::Display for Link {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Link::NvLink => "NVLink",
-            Link::Pcie => "PCIe",
-            Link::None => "none",
-        })
-    }
-}
 
 /// The CUDA driver as loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use cudarc::driver::DriverError;
 
-use crate::system::Link;
-use crate::team::Device;
+use crate::names::{Device, Link};
 
 /// The error of every fallible ferrocomm call.
 #[derive(Debug, thiserror::Error)]
@@ -407,10 +406,10 @@ pub enum Error {
         "NVSHMEM's symmetric heap ({}{}) has no room for {label} ({} requested, {} of this team's allocations live); \
          set NVSHMEM_SYMMETRIC_SIZE={suggested} (or larger) before the team is made, and NVSHMEM_MAX_MEMORY_PER_GPU \
          (the most the heap grows to) no lower, or allocate less if the GPU has not that much free",
-        crate::nvshmem::human(*heap),
+        crate::size::human(*heap),
         if *heap_from_env { ", from NVSHMEM_SYMMETRIC_SIZE" } else { ", NVSHMEM's default" },
-        crate::nvshmem::human(*bytes),
-        crate::nvshmem::human(*live)
+        crate::size::human(*bytes),
+        crate::size::human(*live)
     )]
     NvshmemHeapTooSmall {
         /// What was being allocated.

@@ -11,7 +11,7 @@
 use std::fmt;
 
 use super::{Cmp, DeviceError, SignalRef};
-use crate::trace::{TraceEvent, TraceWhat};
+use crate::event::{TraceEvent, TraceWhat};
 
 /// One wait that did not see its value before the timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use cudarc::driver::sys::CUmodule;
 
 use crate::error::Error;
+use crate::exec::SymmetricHeap;
 use crate::size::parse_size;
 pub(crate) use sys::UniqueId;
 use sys::{HostLib, INIT_WITH_UNIQUEID, InitAttr};
@@ -205,18 +206,6 @@ pub fn heap_size() -> Result<(u64, bool), Error> {
     }
 }
 
-/// Bytes in words a heap error reads well with (`1.5 GiB`).
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
-}
-
 /// The running NVSHMEM of a team: initialised when the team is made, finalised when it is dropped. One per
 /// process, as NVSHMEM is.
 pub(crate) struct Nvshmem {
@@ -230,7 +219,7 @@ pub(crate) struct Nvshmem {
     pub reachable: Vec<bool>,
     /// Heap bytes handed out and live, for the heap error's arithmetic.
     live: Mutex<Vec<(u64, usize)>>,
-    /// A PE's process is gone ([`Nvshmem::abandon`]): the collective calls of the teardown would wait for it
+    /// A PE's process is gone ([`SymmetricHeap::abandon`]): the collective calls of the teardown would wait for it
     /// forever, so they are not made.
     abandoned: AtomicBool,
 }
@@ -317,10 +306,16 @@ impl Nvshmem {
         nv.free(probe);
         Ok(nv)
     }
+}
+
+impl SymmetricHeap for Nvshmem {
+    fn rank(&self) -> usize {
+        self.rank
+    }
 
     /// `bytes` of NVSHMEM's symmetric heap (collective: every PE allocates the same, in the same order);
     /// the heap error names `NVSHMEM_SYMMETRIC_SIZE` and the size that would fit. Not zeroed.
-    pub fn malloc(&self, bytes: usize, label: &str) -> Result<u64, Error> {
+    fn malloc(&self, bytes: usize, label: &str) -> Result<u64, Error> {
         let live: u64 = self.live.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|&(_, b)| b as u64).sum();
         // An allocation NVSHMEM cannot grow its heap to is refused here, before NVSHMEM sees it: NVSHMEM 3.4's
         // failed growth leaves its heap broken, and its next barrier ends the process. The bound is what the
@@ -339,16 +334,16 @@ impl Nvshmem {
                 heap,
                 heap_from_env: from_env,
                 // Room for what is live, this allocation, and NVSHMEM's own share of the heap.
-                suggested: human((live + bytes as u64 + heap).next_power_of_two()),
+                suggested: crate::size::human((live + bytes as u64 + heap).next_power_of_two()),
             });
         }
         self.live.lock().unwrap_or_else(|p| p.into_inner()).push((ptr as u64, bytes));
         Ok(ptr as u64)
     }
 
-    /// Frees a [`Nvshmem::malloc`] allocation (collective, like the allocation); leaks it once the team is
+    /// Frees a [`SymmetricHeap::malloc`] allocation (collective, like the allocation); leaks it once the team is
     /// abandoned.
-    pub fn free(&self, addr: u64) {
+    fn free(&self, addr: u64) {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|&(a, _)| a != addr);
         if self.is_abandoned() {
             return;
@@ -358,14 +353,14 @@ impl Nvshmem {
     }
 
     /// Where this PE's loads and stores reach PE `pe`'s copy of the heap address `addr`; 0 when they do not.
-    pub fn peer_address(&self, addr: u64, pe: usize) -> u64 {
+    fn peer_address(&self, addr: u64, pe: usize) -> u64 {
         // SAFETY: `addr` is a heap address; `pe` a PE of the team.
         unsafe { (self.lib.ptr)(addr as *const c_void, pe as i32) as u64 }
     }
 
     /// Binds a loaded module that was linked with NVSHMEM's device library (`nvshmemx_cumodule_init`), after
     /// checking that its bitcode is of this host library's release.
-    pub fn bind_module(&self, module: CUmodule, name: &'static str, ptx: &str) -> Result<(), Error> {
+    fn bind_module(&self, module: CUmodule, name: &'static str, ptx: &str) -> Result<(), Error> {
         let Some(bitcode) = ptx_version(ptx) else {
             // The flavour's kernels call no NVSHMEM function: nothing to bind.
             return Ok(());
@@ -387,13 +382,13 @@ impl Nvshmem {
     }
 
     /// The first PE this one cannot reach with loads and stores, if any.
-    pub fn first_unreachable(&self) -> Option<usize> {
+    fn first_unreachable(&self) -> Option<usize> {
         self.reachable.iter().position(|r| !r)
     }
 
     /// PEs `gone` have exited: from now on `free` and the finalisation, collective calls that would wait for
     /// them forever, are not made. The heap and NVSHMEM's state are left to the process's end.
-    pub fn abandon(&self, gone: &[usize]) {
+    fn abandon(&self, gone: &[usize]) {
         if !self.abandoned.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 "PE(s) {gone:?} exited: PE {} leaves NVSHMEM without freeing its heap or finalising (both wait \
@@ -403,8 +398,8 @@ impl Nvshmem {
         }
     }
 
-    /// Whether [`Nvshmem::abandon`] was called.
-    pub fn is_abandoned(&self) -> bool {
+    /// Whether [`SymmetricHeap::abandon`] was called.
+    fn is_abandoned(&self) -> bool {
         self.abandoned.load(Ordering::Acquire)
     }
 }
@@ -430,7 +425,7 @@ mod tests {
 
     #[test]
     fn heap_sizes_read_well_in_errors() {
-        assert_eq!(human(3 << 29), "1.5 GiB");
+        assert_eq!(crate::size::human(3 << 29), "1.5 GiB");
     }
 
     #[test]

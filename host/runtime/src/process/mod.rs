@@ -13,7 +13,6 @@
 //! - the team itself ([`team`]): one local rank, on the backend's cross-process variant.
 
 pub(crate) mod symmetric;
-pub(crate) mod team;
 
 use std::collections::HashSet;
 use std::os::fd::{BorrowedFd, OwnedFd};

@@ -3,18 +3,20 @@
 //! keeps the ranks, their devices and error slots; the backends behind the `exec` seam run them (`cuda`,
 //! `emu`). Peer access is enabled in `cuda/peer.rs`.
 
-pub(crate) mod builder;
+mod env;
 mod shared;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use builder::{
-    BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, EMULATOR_DEFAULT_TIMEOUT, RANKS_PER_GPU_ENV, TIMEOUT_ENV, TeamBuilder,
+pub use env::{
+    BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, EMULATOR_DEFAULT_TIMEOUT, PDL_ENV, RANKS_PER_GPU_ENV, TIMEOUT_ENV,
     WORLD_ENV, ranks_per_gpu_from,
 };
 pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, Part, TeamShared};
+
+pub use crate::names::Device;
 
 use crate::error::Error;
 
@@ -40,30 +42,6 @@ impl Backend {
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-/// The device a rank runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Device {
-    /// A CUDA GPU, by driver ordinal.
-    Cuda {
-        /// The driver's ordinal.
-        ordinal: usize,
-    },
-    /// One of the emulator's GPUs.
-    Emulated {
-        /// Its index in the team's emulated GPUs.
-        gpu: usize,
-    },
-}
-
-impl fmt::Display for Device {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Device::Cuda { ordinal } => write!(f, "GPU {ordinal}"),
-            Device::Emulated { gpu } => write!(f, "emulated GPU {gpu}"),
-        }
     }
 }
 
@@ -93,25 +71,6 @@ pub struct Team {
 }
 
 impl Team {
-    /// A builder: choose the backend, GPUs, ranks per GPU and timeout.
-    pub fn builder() -> TeamBuilder {
-        TeamBuilder::new()
-    }
-
-    /// The team the environment asks for: `FERROCOMM_BACKEND=cuda|emulator|auto` (default `auto`: every GPU
-    /// when a driver and a GPU exist, else the emulator with `FERROCOMM_WORLD` ranks, default 2), and
-    /// `FERROCOMM_TIMEOUT_MS`. Under a launcher (torchrun, mpirun, srun, `ferrocomm launch`: their variables
-    /// are set) the process joins the job instead, and the team spans its processes, one rank each
-    /// ([`Team::spans_processes`]). The choice is logged (`tracing`, info) and [`Team::backend`] tells it.
-    pub fn from_env() -> Result<Team, Error> {
-        TeamBuilder::new().build()
-    }
-
-    /// An emulated team of `world` ranks, each its own emulated GPU.
-    pub fn emulated(world: usize) -> Result<Team, Error> {
-        TeamBuilder::new().backend(Backend::Emulator).world(world).build()
-    }
-
     /// Number of ranks.
     pub fn world(&self) -> usize {
         self.shared.world

@@ -10,7 +10,7 @@ use ferrocomm_device::abi::{ERROR_KIND_SLOTS, ErrorBuffer, ErrorKind, LaunchCtx}
 
 use super::{Backend, Device};
 use crate::error::{DeviceError, DeviceErrors, Error, ErrorCount};
-use crate::exec::Exec;
+use crate::exec::{Exec, SymmetricHeap};
 use crate::memory::Allocation;
 use crate::process::{ProcessGroup, symmetric};
 
@@ -100,7 +100,7 @@ pub(crate) struct TeamShared {
     pub group: Option<ProcessGroup>,
     /// NVSHMEM, for a team made with it: the symmetric heap every symmetric allocation comes from, and the
     /// binding of each module's NVSHMEM flavour.
-    pub nvshmem: Option<crate::nvshmem::Nvshmem>,
+    pub nvshmem: Option<Box<dyn SymmetricHeap>>,
     /// The abort words (`None` only while the team is being built).
     abort: Option<AbortWords>,
     /// Trace mode's rings and log (`None`: the team does not trace).
@@ -143,7 +143,7 @@ impl TeamShared {
         devices: Vec<Device>,
         exec: Box<dyn Exec>,
         group: Option<ProcessGroup>,
-        nvshmem: Option<crate::nvshmem::Nvshmem>,
+        nvshmem: Option<Box<dyn SymmetricHeap>>,
     ) -> Result<TeamShared, Error> {
         static NEXT_TEAM_ID: AtomicU64 = AtomicU64::new(1);
         let mut shared = TeamShared {
@@ -438,7 +438,7 @@ impl TeamShared {
     /// it in the agreement check of a team that spans processes.
     pub fn alloc_symmetric(&self, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
         if let Some(nv) = &self.nvshmem {
-            return self.alloc_nvshmem(nv, bytes, label);
+            return self.alloc_nvshmem(nv.as_ref(), bytes, label);
         }
         if let Some(group) = &self.group {
             return symmetric::allocate(self, group, bytes, label);
@@ -461,13 +461,13 @@ impl TeamShared {
     /// A symmetric allocation from NVSHMEM's heap: this process's one rank's part, zeroed, and every peer's
     /// as `nvshmem_ptr` maps it. Across processes the ranks first agree on what they allocate, since
     /// `nvshmem_malloc` is collective and a different order or size would pair the wrong buffers.
-    fn alloc_nvshmem(&self, nv: &crate::nvshmem::Nvshmem, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
+    fn alloc_nvshmem(&self, nv: &dyn SymmetricHeap, bytes: usize, label: &str) -> Result<Vec<Part>, Error> {
         if let Some(group) = &self.group {
             let number = group.next_allocation();
             group
                 .agree("a symmetric allocation", &format!("allocation #{number}: {label} ({bytes} bytes per rank)"))?;
         }
-        let rank = nv.rank;
+        let rank = nv.rank();
         let slot = self.slot(rank)?;
         self.exec.make_current(slot)?;
         let own = nv.malloc(bytes, label)?;
@@ -485,7 +485,7 @@ impl TeamShared {
         match part {
             Part::Nvshmem(addr) if !self.is_poisoned() => {
                 if let Some(nv) = &self.nvshmem {
-                    self.abandon_nvshmem_if_peers_exited(nv);
+                    self.abandon_nvshmem_if_peers_exited(nv.as_ref());
                     if let Err(e) = self.slot(rank).and_then(|slot| self.exec.make_current(slot)) {
                         tracing::error!("before freeing NVSHMEM memory of rank {rank}: {e}");
                     }
@@ -510,7 +510,7 @@ impl TeamShared {
     /// NVSHMEM's teardown is collective (`nvshmem_free` and the finalisation wait for every PE): once a PE's
     /// process has exited, this one would wait for it forever, so it leaves NVSHMEM as it is. Only processes
     /// of this host can be seen to exit.
-    fn abandon_nvshmem_if_peers_exited(&self, nv: &crate::nvshmem::Nvshmem) {
+    fn abandon_nvshmem_if_peers_exited(&self, nv: &dyn SymmetricHeap) {
         if let Some(group) = &self.group {
             let exited = group.exited_ranks();
             if !exited.is_empty() {
@@ -570,7 +570,7 @@ impl Drop for TeamShared {
         }
         // NVSHMEM ends before the contexts and modules it was initialised on go.
         if let Some(nv) = self.nvshmem.take() {
-            self.abandon_nvshmem_if_peers_exited(&nv);
+            self.abandon_nvshmem_if_peers_exited(nv.as_ref());
             if nv.is_abandoned() {
                 // NVSHMEM was left unfinalised: its proxy and bootstrap threads still use the contexts and
                 // the modules, so they stay until the process ends.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use super::event::{TraceEvent, TraceWhat};
+use crate::event::{TraceEvent, TraceWhat};
 use crate::team::TeamShared;
 
 /// A slice begun and not yet ended on one thread.

@@ -31,8 +31,8 @@ use std::sync::Mutex;
 
 use ferrocomm_device::abi::{TRACE_HEADER_BYTES, TraceEvent as RawEvent, TraceRing};
 
+pub use crate::event::{TraceEvent, TraceWhat};
 pub(crate) use event::host_ns;
-pub use event::{TraceEvent, TraceWhat};
 
 use crate::error::Error;
 use crate::team::{Team, TeamShared};

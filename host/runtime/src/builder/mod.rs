@@ -1,46 +1,44 @@
-//! Choosing a team: backend (explicit, `FERROCOMM_BACKEND`, or auto), GPUs, ranks per GPU, timeout.
+//! Choosing a team: backend (explicit, `FERROCOMM_BACKEND`, or auto), GPUs, ranks per GPU, timeout — and
+//! the one place that picks the backends behind the `exec` seam (`cuda`, `emu`), the cross-process
+//! variants (`process`: a team that spans processes) and NVSHMEM, and hands them to the team's core.
+
+mod process;
 
 use std::sync::Arc;
 
 use ferrocomm_bootstrap::JobEnv;
 use std::time::Duration;
 
-use super::shared::TeamShared;
-use super::{Backend, Device, Team};
 use crate::cuda::CudaTeam;
 use crate::emu::{EmuTeam, PrivateHeap};
 use crate::error::Error;
-use crate::exec::Exec;
-use crate::process;
+use crate::exec::{Exec, SymmetricHeap};
 use crate::system;
+use crate::team::{
+    BACKEND_ENV, Backend, DEFAULT_TIMEOUT, DEFAULT_WORLD, Device, EMULATOR_DEFAULT_TIMEOUT, PDL_ENV, TIMEOUT_ENV, Team,
+    TeamShared, WORLD_ENV,
+};
 use crate::trace::TraceConfig;
 
-/// Chooses the backend: `cuda`, `emulator` or `auto` (the default).
-pub const BACKEND_ENV: &str = "FERROCOMM_BACKEND";
-/// The device wait timeout in milliseconds, when the builder sets none.
-pub const TIMEOUT_ENV: &str = "FERROCOMM_TIMEOUT_MS";
-/// The number of ranks, when the builder sets none (on GPUs: spread over them, several per GPU if needed).
-pub const WORLD_ENV: &str = "FERROCOMM_WORLD";
-/// `0` launches kernels without programmatic dependent launch (on by default where the GPU has it).
-pub const PDL_ENV: &str = "FERROCOMM_PDL";
-/// The device wait timeout on GPUs when neither the builder nor the environment sets one.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(2000);
-/// The same on the emulator. It runs a host thread per GPU thread, so a launch of a few thousand threads
-/// takes about a second on a small host (the tensor-parallel decode step at H = K = 264 on two cores, its
-/// tile owners waiting most of it for the other blocks' products), more when the host is busy: with the
-/// GPUs' 2 s its waits and the host's watchdog took slow for stuck. A kernel that never finishes is still reported, after this.
-pub const EMULATOR_DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
-/// Ranks of an emulated team when nothing says otherwise.
-pub const DEFAULT_WORLD: usize = 2;
-/// Ranks (in a job of several processes: processes) per GPU, when the code does not say.
-pub const RANKS_PER_GPU_ENV: &str = "FERROCOMM_RANKS_PER_GPU";
+/// Making a team (the core's `Team` knows no backend: this module chooses them).
+impl Team {
+    /// A builder: choose the backend, GPUs, ranks per GPU and timeout.
+    pub fn builder() -> TeamBuilder {
+        TeamBuilder::new()
+    }
 
-/// `FERROCOMM_RANKS_PER_GPU` as `env` gives it: `None` when unset or empty.
-pub fn ranks_per_gpu_from(env: impl Fn(&str) -> Option<String>) -> Result<Option<usize>, Error> {
-    let Some(v) = env(RANKS_PER_GPU_ENV).filter(|v| !v.trim().is_empty()) else { return Ok(None) };
-    match v.trim().parse::<usize>() {
-        Ok(k) if k > 0 => Ok(Some(k)),
-        _ => Err(Error::BadEnv { var: RANKS_PER_GPU_ENV, value: v, expected: "a number of ranks per GPU, 1 or more" }),
+    /// The team the environment asks for: `FERROCOMM_BACKEND=cuda|emulator|auto` (default `auto`: every GPU
+    /// when a driver and a GPU exist, else the emulator with `FERROCOMM_WORLD` ranks, default 2), and
+    /// `FERROCOMM_TIMEOUT_MS`. Under a launcher (torchrun, mpirun, srun, `ferrocomm launch`: their variables
+    /// are set) the process joins the job instead, and the team spans its processes, one rank each
+    /// ([`Team::spans_processes`]). The choice is logged (`tracing`, info) and [`Team::backend`] tells it.
+    pub fn from_env() -> Result<Team, Error> {
+        TeamBuilder::new().build()
+    }
+
+    /// An emulated team of `world` ranks, each its own emulated GPU.
+    pub fn emulated(world: usize) -> Result<Team, Error> {
+        TeamBuilder::new().backend(Backend::Emulator).world(world).build()
     }
 }
 
@@ -227,7 +225,7 @@ impl TeamBuilder {
             }
             // The plan for this process's one rank: its backend, the GPUs it may pick from, the timeout.
             let plan = self.clone().world_unset().plan(env, || system::driver().map(|d| d.gpu_count))?;
-            return process::team::create(plan, &job, self.ranks_per_gpu, self.emulator_checker, env);
+            return process::create(plan, &job, self.ranks_per_gpu, self.emulator_checker, env);
         }
         let plan = self.plan(env, || system::driver().map(|d| d.gpu_count))?;
         tracing::info!(
@@ -429,9 +427,9 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
         Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker, Box::new(PrivateHeap))?),
     };
     // One PE alone: its own unique id, no exchange.
-    let nvshmem = if plan.nvshmem {
+    let nvshmem: Option<Box<dyn SymmetricHeap>> = if plan.nvshmem {
         exec.make_current(0)?;
-        Some(crate::nvshmem::Nvshmem::init(0, 1, &crate::nvshmem::unique_id()?)?)
+        Some(Box::new(crate::nvshmem::Nvshmem::init(0, 1, &crate::nvshmem::unique_id()?)?))
     } else {
         None
     };

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use ferrocomm_bootstrap::JobEnv;
 
-use super::{ProcessGroup, rendezvous_timeout};
+use super::Plan;
 use crate::cuda::CudaTeam;
 use crate::emu::{EmuTeam, SharedHeap};
 use crate::error::Error;
-use crate::exec::Exec;
+use crate::exec::{Exec, SymmetricHeap};
+use crate::process::{ProcessGroup, rendezvous_timeout};
 use crate::system;
-use crate::team::builder::{Plan, ranks_per_gpu_from};
-use crate::team::{Backend, Device, Team, TeamShared};
+use crate::team::{Backend, Device, Team, TeamShared, ranks_per_gpu_from};
 
 /// This process's rank of the job `job`, with what `plan` chose (backend, the GPUs to pick from, timeout).
 pub(crate) fn create(
@@ -54,7 +54,8 @@ pub(crate) fn create(
         }
     };
     let devices = gather_devices(&group, device)?;
-    let nvshmem = if plan.nvshmem { Some(init_nvshmem(&group, exec.as_ref())?) } else { None };
+    let nvshmem: Option<Box<dyn SymmetricHeap>> =
+        if plan.nvshmem { Some(Box::new(init_nvshmem(&group, exec.as_ref())?)) } else { None };
     tracing::info!(rank, world, %device, "ferrocomm team rank {rank} of {world} processes on {}", plan.backend);
     let mut shared =
         TeamShared::new(plan.backend, world, vec![rank], plan.timeout, devices, exec, Some(group), nvshmem)?;
