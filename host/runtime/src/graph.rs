@@ -2,15 +2,14 @@
 //! and launched together; on the emulator, the recorded launches are queued again.
 
 use std::fmt;
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::Instant;
 
 use crate::error::Error;
 use crate::exec::Captured;
-use crate::launch::LaunchGuard;
-use crate::memory::Allocation;
-use crate::team::{Team, TeamShared};
+use crate::stream::LaunchGuard;
+use crate::team::{Pin, Team, TeamShared};
 
 /// Launches captured once and replayed many times (the way latency-critical code calls collectives).
 ///
@@ -41,7 +40,7 @@ pub struct TeamGraph<'a> {
     /// Kernel launches per replay.
     launches: usize,
     /// The memory the captured launches use, alive as long as the graph.
-    _pins: Vec<Arc<Allocation>>,
+    _pins: Vec<Pin>,
 }
 
 /// Ends the capture even if the closure panics, so the streams stay usable.
@@ -51,7 +50,7 @@ struct Scope<'t> {
 }
 
 impl Scope<'_> {
-    fn end(&mut self, keep: bool) -> (Result<Captured, Error>, Vec<Arc<Allocation>>) {
+    fn end(&mut self, keep: bool) -> (Result<Captured, Error>, Vec<Pin>) {
         self.open = false;
         let inner = self.team.exec.end_capture(keep);
         let pins = std::mem::take(&mut *self.team.capture_pins.lock().unwrap_or_else(PoisonError::into_inner));
@@ -102,7 +101,8 @@ impl<'a> TeamGraph<'a> {
         let started = Instant::now();
         team.in_flight.fetch_add(self.launches, Ordering::AcqRel);
         let replayed = team.exec.replay(team, &self.inner);
-        if let Err(e) = replayed {
+        if let Err(partial) = replayed {
+            let e = team.after_partial(partial, false);
             team.in_flight.fetch_sub(self.launches, Ordering::AcqRel);
             return Err(e);
         }

@@ -25,7 +25,7 @@
 //! | module | what it does |
 //! | --- | --- |
 //! | [`system`] | the driver, its GPUs, their links, the PTX JIT smoke test (what `ferrocomm doctor` shows) |
-//! | [`team`] | [`Team`] and [`TeamBuilder`]: backend, GPUs, ranks per GPU, timeout, peer access |
+//! | [`team`] | [`Team`]: ranks, devices, error buffers, the watchdog, symmetric memory across processes, the tracer |
 //! | [`memory`] | [`SymBuffer`] (symmetric memory + peer table), [`SignalPadBuffer`], [`CallerMemory`] (memory the caller allocated) |
 //! | [`module`] | [`KernelModule`]: a kernels crate's embedded PTX and SASS, [`kernel_module!`] |
 //! | [`launch`] | [`LaunchConfig`], [`Kernel`], [`LaunchParam`] lowering (optional buffers, [`ByteView`]s), [`ParamPack`], [`LaunchGuard`] |
@@ -34,10 +34,18 @@
 //! | [`error`] | [`Error`], [`DeviceError`]: every failure, each message naming the fix; the wait-for report of a hang |
 //! | [`nvshmem`] | NVSHMEM, opened at run time: a team whose kernels reach other nodes (`TeamBuilder::nvshmem`), what `doctor` reports |
 //! | [`trace`] | trace mode: device events collected after each launch, written as a Perfetto/Chrome trace |
-//! | `exec` (private) | the seam between a team's core and its backend: memory, streams, launches, graphs |
+//! | [`size`] | sizes as people write them, the allocation granule |
+//! | `names`, `event` (private, re-exported) | what errors and traces name: devices, links, threads, buffers, signals; trace events |
+//! | `exec` (private) | the seam between a team's core and its backends, and what crosses it: kernels, arguments, streams, error buffers |
+//! | `process` (private) | the team's other processes: joining the job, agreement checks, descriptor exchange |
+//! | `builder` (private) | [`TeamBuilder`]: backend, GPUs, ranks per GPU, timeout; the one place that picks the backends |
 //! | `cuda` (private) | the CUDA backend: contexts, streams, peer access, module loading, launches, graphs |
 //! | `emu` (private) | the emulator backend: one worker thread per rank playing its stream |
-//! | `process` (private) | teams that span processes: joining the job, symmetric memory and agreement checks across them |
+//!
+//! The modules form layers, with no import cycle (`tools/import-graph host/runtime --acyclic` checks it):
+//! `names`, `event`, `error`, `size`, `module`, `system` at the bottom; the `exec` seam; the core (`process`,
+//! `team`); the API on it (`stream`, `memory`, `launch`, `graph`, `trace`); the backends (`cuda`, `emu`,
+//! `nvshmem`), which import the seam and the core, never the API; and `builder`, which picks them.
 //!
 //! The environment: `FERROCOMM_BACKEND=cuda|emulator|auto`, `FERROCOMM_TIMEOUT_MS` (device wait timeout,
 //! default 2000 on GPUs, 20000 on the emulator), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace

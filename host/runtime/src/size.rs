@@ -9,6 +9,12 @@
 //! assert!(parse_size("1.5MiB").is_err());
 //! ```
 
+use std::mem::size_of;
+
+use ferrocomm_device::abi::ErrorBuffer;
+
+use crate::error::Error;
+
 /// Why a size did not parse; each names the text it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
@@ -47,16 +53,32 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     number.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(text.to_owned()))
 }
 
-/// Bytes in words an error reads well with (`1.5 GiB`), one decimal in the largest binary unit.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
+/// Every allocation starts on this boundary (what `cuMemAlloc` guarantees, and what 16-byte vector
+/// accesses and TMA need).
+pub const ALIGN: usize = 256;
+
+/// Bytes of a rank's device error buffer, rounded to the allocation granule.
+pub(crate) const ERROR_BUFFER_BYTES: usize = size_of::<ErrorBuffer>().next_multiple_of(ALIGN);
+
+/// The bytes each rank allocates for `len` elements of `T`: rounded up to [`ALIGN`], at least one granule
+/// (so an empty buffer still has a real, aligned address to hand a kernel).
+pub fn allocation_bytes<T>(len: usize) -> Result<usize, Error> {
+    let elem_bytes = size_of::<T>();
+    if std::mem::align_of::<T>() > ALIGN {
+        return Err(Error::TeamConfig {
+            reason: format!(
+                "an element alignment of {} exceeds the {ALIGN}-byte allocation alignment",
+                std::mem::align_of::<T>()
+            ),
+        });
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+    let overflow = || Error::SizeOverflow { len, elem_bytes };
+    let bytes = len.checked_mul(elem_bytes).ok_or_else(overflow)?;
+    // Device addresses are 64-bit and allocations must stay far below isize::MAX for pointer offsets.
+    if bytes > isize::MAX as usize - ALIGN {
+        return Err(overflow());
+    }
+    Ok(bytes.max(1).next_multiple_of(ALIGN))
 }
 
 #[cfg(test)]
@@ -90,5 +112,32 @@ mod tests {
         assert_eq!(parse_size("3 parsecs"), Err(SizeError::Invalid("3 parsecs".into())));
         assert_eq!(parse_size("99999999999999999999"), Err(SizeError::TooLarge("99999999999999999999".into())));
         assert_eq!(parse_size("16777216T"), Err(SizeError::TooLarge("16777216T".into())));
+    }
+}
+
+#[cfg(test)]
+mod allocation_tests {
+    use super::*;
+    use ferrocomm_device::abi::ErrorBuffer;
+
+    #[test]
+    fn sizes_round_to_the_granule() {
+        assert_eq!(allocation_bytes::<u32>(0).unwrap(), 256);
+        assert_eq!(allocation_bytes::<u32>(64).unwrap(), 256);
+        assert_eq!(allocation_bytes::<u32>(65).unwrap(), 512);
+        assert_eq!(allocation_bytes::<u8>(1 << 30).unwrap(), 1 << 30);
+    }
+
+    #[test]
+    fn overflow_is_an_error_not_a_wrap() {
+        let e = allocation_bytes::<u64>(usize::MAX / 4).unwrap_err();
+        assert!(matches!(e, Error::SizeOverflow { elem_bytes: 8, .. }), "{e}");
+        assert!(allocation_bytes::<u8>(isize::MAX as usize).is_err());
+    }
+
+    #[test]
+    fn the_error_buffer_fits_its_allocation() {
+        assert!(ERROR_BUFFER_BYTES >= size_of::<ErrorBuffer>());
+        assert_eq!(ERROR_BUFFER_BYTES % ALIGN, 0);
     }
 }

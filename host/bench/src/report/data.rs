@@ -41,21 +41,16 @@ pub fn from_json(text: &str) -> Result<BenchData, serde_json::Error> {
     serde_json::from_str(text)
 }
 
-/// Quotes a CSV field when it holds a comma, a quote or a line break (RFC 4180).
-fn field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_owned() }
-}
-
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_default()
 }
 
-/// One CSV line (without the line break) for a point; numbers at full precision, unknowns empty.
-pub fn csv_row(m: &Measurement) -> String {
+/// A point's fields, in [`CSV_HEADER`]'s order: numbers at full precision, unknowns empty.
+pub fn csv_fields(m: &Measurement) -> [String; CSV_HEADER.len()] {
     [
         m.op.name().to_owned(),
         m.mode.name().to_owned(),
-        field(m.label.as_deref().unwrap_or("")),
+        m.label.clone().unwrap_or_default(),
         m.world.to_string(),
         m.bytes.to_string(),
         m.dtype.name().to_owned(),
@@ -78,15 +73,17 @@ pub fn csv_row(m: &Measurement) -> String {
         opt(m.utilization.as_ref().and_then(|u| u.nvlink_tx_gbps())),
         opt(m.utilization.as_ref().and_then(|u| u.nvlink_rx_gbps())),
     ]
-    .join(",")
 }
 
-/// The points as CSV: the header, then one line per point in the data's order.
+/// The points as CSV (RFC 4180, the `csv` crate's quoting): the header, then one line per point in the
+/// data's order.
 pub fn to_csv(data: &BenchData) -> String {
-    let mut out = CSV_HEADER.join(",") + "\n";
+    let mut out = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    // Writing into a Vec cannot fail: the writer's only errors are its sink's.
+    out.write_record(CSV_HEADER).expect("writing CSV into memory");
     for m in &data.measurements {
-        out += &csv_row(m);
-        out.push('\n');
+        out.write_record(csv_fields(m)).expect("writing CSV into memory");
     }
-    out
+    let bytes = out.into_inner().expect("flushing CSV into memory");
+    String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
 }

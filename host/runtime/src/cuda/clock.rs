@@ -9,7 +9,7 @@ use cudarc::driver::result;
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
-use crate::trace::host_ns;
+use crate::team::trace::host_ns;
 
 /// `*out = %globaltimer`.
 const GLOBALTIMER_PTX: &str = r#"

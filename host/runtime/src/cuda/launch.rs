@@ -2,31 +2,28 @@
 //! streams into CUDA graphs, one per rank, replayed together.
 
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
 
 use cudarc::driver::sys::{self, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, result};
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
-use crate::launch::{Kernel, LaunchConfig, ParamPack};
-use crate::stream::ExternalStream;
-use crate::team::TeamShared;
+use crate::exec::{ExternalStream, Kernel, LaunchConfig, ParamPack, Partial, TeamView};
 
 impl CudaTeam {
     /// Launches `kernel` on every rank: on `streams` (the caller's) when given, else on the ranks' own. If a
-    /// rank fails after others were launched, waits for those before returning the error (they may use the
+    /// rank fails after others were launched, says how many were (the core waits for them: they may use the
     /// memory the caller is about to release). Work on a caller's stream that runs (not `capturing`) is
     /// marked there, so `idle` waits for it.
     pub fn launch_all(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         kernel: &'static Kernel,
         cfg: &LaunchConfig,
         packs: &[ParamPack],
         streams: Option<&[ExternalStream]>,
         capturing: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Partial> {
         let funcs = (0..self.ranks.len())
             .map(|rank| {
                 self.check_limits(rank, kernel, cfg)?;
@@ -48,12 +45,8 @@ impl CudaTeam {
                     .map_err(cuda("cuEventRecord", Some(self.gpu_of(rank).device()))),
                 _ => Ok(()),
             });
-            if let Err(e) = launched {
-                if rank > 0 && !capturing {
-                    let _ = team.wait_idle(Instant::now());
-                    let _ = team.take_device_errors();
-                }
-                return Err(e);
+            if let Err(error) = launched {
+                return Err(Partial { queued: rank, error });
             }
         }
         Ok(())
@@ -136,7 +129,7 @@ impl CudaTeam {
 
     /// The fewest threads per block `kernel` allows over the ranks (`CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`,
     /// which its register use bounds).
-    pub fn kernel_thread_limit(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
+    pub fn kernel_thread_limit(&self, team: &dyn TeamView, kernel: &'static Kernel) -> Result<u32, Error> {
         let mut fewest = u32::MAX;
         for rank in 0..self.ranks.len() {
             let module = self.module(team, rank, kernel.module)?;
@@ -262,17 +255,14 @@ impl CudaTeam {
         }
     }
 
-    /// Launches each rank's graph on its stream.
-    pub fn launch_graphs(&self, team: &TeamShared, graphs: &[RankGraph]) -> Result<(), Error> {
+    /// Launches each rank's graph on its stream; on a failure, says how many ranks' graphs were launched.
+    pub fn launch_graphs(&self, graphs: &[RankGraph]) -> Result<(), Partial> {
         for (rank, graph) in graphs.iter().enumerate() {
-            let r = self.bind(rank)?;
+            let r = self.bind(rank).map_err(|error| Partial { queued: rank, error })?;
             // SAFETY: `graph.exec` was instantiated in this rank's context; the stream belongs to it.
             if let Err(e) = unsafe { result::graph::launch(graph.exec, r.stream.cu_stream()) } {
-                if rank > 0 {
-                    let _ = team.wait_idle(Instant::now());
-                    let _ = team.take_device_errors();
-                }
-                return Err(cuda("cuGraphLaunch", Some(self.gpu_of(rank).device()))(e));
+                let error = cuda("cuGraphLaunch", Some(self.gpu_of(rank).device()))(e);
+                return Err(Partial { queued: rank, error });
             }
         }
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::{Mutex, PoisonError};
 use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{DriverError, result};
 
-use crate::stream::ExternalStream;
+use crate::exec::ExternalStream;
 
 /// One caller stream's event.
 #[derive(Debug)]

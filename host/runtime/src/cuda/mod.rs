@@ -23,12 +23,12 @@ pub(crate) use module::LoadedModule;
 use shareable::ShareableHeap;
 
 use crate::error::{Error, cuda};
-use crate::exec::{Captured, Exec};
-use crate::launch::{Kernel, LaunchConfig, ParamPack};
-use crate::memory::ERROR_BUFFER_BYTES;
-use crate::stream::{ExternalStream, StreamState};
+use crate::exec::{
+    Captured, ErrorSlot, Exec, ExternalStream, Kernel, LaunchConfig, ParamPack, Partial, StreamState, TeamView,
+};
+use crate::names::Device;
+use crate::size::ERROR_BUFFER_BYTES;
 use crate::system;
-use crate::team::{Device, ErrorSlot, TeamShared};
 
 /// One GPU of a team and the limits launches are checked against.
 #[derive(Debug)]
@@ -413,19 +413,19 @@ impl Exec for CudaTeam {
         unsafe { result::free_host(slot.host.cast::<c_void>()) }.map_err(cuda("cuMemFreeHost", self.on(0)))
     }
 
-    fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error> {
+    fn max_threads_per_block(&self, team: &dyn TeamView, kernel: &'static Kernel) -> Result<u32, Error> {
         self.kernel_thread_limit(team, kernel)
     }
 
     fn launch(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
         streams: Option<&[ExternalStream]>,
         capturing: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Partial> {
         self.launch_all(team, kernel, &cfg, &packs, streams, capturing)
     }
 
@@ -437,7 +437,7 @@ impl Exec for CudaTeam {
         self.end_stream_capture(keep).map(Captured::new)
     }
 
-    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error> {
-        self.launch_graphs(team, captured.get::<Vec<RankGraph>>(team)?)
+    fn replay(&self, _team: &dyn TeamView, captured: &Captured) -> Result<(), Partial> {
+        self.launch_graphs(captured.get::<Vec<RankGraph>>(self.name())?)
     }
 }

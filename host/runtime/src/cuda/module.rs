@@ -13,8 +13,9 @@ use ferrocomm_device::abi::{LAUNCH_CTX_SYMBOL, LaunchCtx, TRACE_RING_SYMBOL};
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
+use crate::exec::TeamView;
 use crate::module::{KernelModule, ModuleImage};
-use crate::team::{Device, TeamShared};
+use crate::names::Device;
 
 /// One rank's instance of a module.
 #[derive(Debug)]
@@ -80,7 +81,7 @@ impl CudaTeam {
     /// Rank `rank`'s instance of `module`, loading it (and writing its launch context) on first use.
     pub fn module(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         rank: usize,
         module: &'static KernelModule,
     ) -> Result<Arc<LoadedModule>, Error> {
@@ -93,8 +94,8 @@ impl CudaTeam {
         // A traced team runs the traced flavour (see `ferrocomm_device::trace`), a team with NVSHMEM the
         // NVSHMEM flavour where the crate has one, every other team the ordinary modules.
         let ring = team.trace_ring(rank);
-        let unreachable = team.nvshmem.as_ref().map(|nv| nv.first_unreachable());
-        let (image, linked) = module.image_for_team(gpu.cc, ring.is_some(), unreachable, team.local[rank])?;
+        let unreachable = team.heap().map(|nv| nv.first_unreachable());
+        let (image, linked) = module.image_for_team(gpu.cc, ring.is_some(), unreachable, team.local()[rank])?;
         let cc = image.cc();
         // PTX must be NUL-terminated for the driver. A cubin is an ELF image, which the driver reads in place:
         // it is copied into 8-byte aligned memory (`include_bytes!` aligns to 1).
@@ -127,7 +128,7 @@ impl CudaTeam {
             device: gpu.device(),
             source,
         })?;
-        if let (Some(nv), true, ModuleImage::Ptx { ptx, .. }) = (&team.nvshmem, linked, image) {
+        if let (Some(nv), true, ModuleImage::Ptx { ptx, .. }) = (team.heap(), linked, image) {
             let bound = nv.bind_module(handle, module.name(), ptx);
             if let Err(e) = bound {
                 // SAFETY: loaded above in the current context, used by nothing yet.
@@ -145,7 +146,7 @@ impl CudaTeam {
         let ms = started.elapsed().as_millis() as u64;
         tracing::debug!(module = module.name(), rank, cc, jit = image.is_jit(), ms, "module loaded");
         // `rank` numbers this backend's ranks; the context names the team rank it runs.
-        let ctx = team.launch_ctx(team.local[rank]);
+        let ctx = team.launch_ctx(team.local()[rank]);
         let symbol = CString::new(LAUNCH_CTX_SYMBOL).expect("no NUL");
         // SAFETY: the module is loaded in the current context.
         match unsafe { result::module::get_global(handle, symbol) } {
@@ -172,8 +173,8 @@ impl CudaTeam {
             }
             Err(e) => return Err(cuda("cuModuleGetGlobal", device)(e)),
         }
-        if let Some(ring) = ring {
-            write_trace_ring(handle, module.name(), [ring, team.trace_capacity()], device)?;
+        if let Some((ring, capacity)) = ring {
+            write_trace_ring(handle, module.name(), [ring, capacity], device)?;
         }
         cache.insert(module.key(), Arc::clone(&loaded));
         Ok(loaded)

@@ -5,8 +5,8 @@ use cudarc::driver::sys::{self, CUresult};
 
 use super::CudaGpu;
 use crate::error::Error;
-use crate::system::{self, Link};
-use crate::team::Device;
+use crate::names::{Device, Link};
+use crate::system;
 
 /// Checks and enables peer access for every ordered pair of distinct GPUs.
 pub(super) fn enable_all(gpus: &[CudaGpu]) -> Result<(), Error> {

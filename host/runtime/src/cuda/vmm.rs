@@ -25,8 +25,8 @@ use cudarc::driver::sys::{self, CUresult};
 use cudarc::driver::{CudaContext, DriverError, result};
 
 use crate::error::{Error, cuda};
+use crate::names::Device;
 use crate::system;
-use crate::team::Device;
 
 /// The only handle type this module creates and imports.
 const FD_HANDLE: sys::CUmemAllocationHandleType =

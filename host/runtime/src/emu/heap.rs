@@ -16,7 +16,7 @@ use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
 use nix::unistd::ftruncate;
 
 use crate::error::Error;
-use crate::memory::ALIGN;
+use crate::size::ALIGN;
 
 /// Where an emulated team's allocations come from.
 pub(crate) trait Heap: Send + Sync + fmt::Debug {

@@ -20,11 +20,8 @@ pub(crate) use heap::{Heap, PrivateHeap, SharedHeap};
 use heap::{alloc_zeroed, free_zeroed};
 
 use crate::error::Error;
-use crate::exec::{Captured, Exec};
-use crate::launch::{Kernel, LaunchConfig, ParamPack};
-use crate::memory::ERROR_BUFFER_BYTES;
-use crate::stream::ExternalStream;
-use crate::team::{ErrorSlot, TeamShared};
+use crate::exec::{Captured, ErrorSlot, Exec, ExternalStream, Kernel, LaunchConfig, ParamPack, Partial, TeamView};
+use crate::size::ERROR_BUFFER_BYTES;
 
 type Job = Box<dyn FnOnce() -> Result<(), String> + Send>;
 
@@ -161,25 +158,25 @@ impl EmuTeam {
     /// Queues the kernel on every rank's worker (or records it during capture).
     fn queue(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<Arc<ParamPack>>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Partial> {
         EmuTeam::check(kernel, &cfg)?;
         if let Some(recording) = self.recording.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
             recording.push(Recorded::Launch { kernel, cfg, packs });
             return Ok(());
         }
-        let (world, shared_bytes) = (team.world as u32, cfg.shared_bytes as usize);
+        let (world, shared_bytes) = (team.world() as u32, cfg.shared_bytes as usize);
         let timeline = self
             .timeline
             .get_or_init(|| Timeline::with_checker(world, self.checker.unwrap_or_else(TeamLaunch::checked_by_default)));
         // A team whose ranks all live here is one team launch, so the checker sees every rank; a rank whose
         // peers run in other processes is checked on its own.
-        let whole = (team.local.len() == team.world).then(|| timeline.launch(cfg.grid, cfg.block, shared_bytes));
+        let whole = (team.local().len() == team.world()).then(|| timeline.launch(cfg.grid, cfg.block, shared_bytes));
         for (slot, pack) in packs.into_iter().enumerate() {
-            let rank = team.local[slot];
+            let rank = team.local()[slot];
             let ctx = team.launch_ctx(rank);
             let team_launch = match &whole {
                 Some(all) => all.clone(),
@@ -204,12 +201,9 @@ impl EmuTeam {
                     }
                 }),
             );
-            if let Err(e) = submitted {
-                // Ranks already queued may use the memory: let them finish before the borrows end.
-                if slot > 0 {
-                    let _ = team.wait_idle(std::time::Instant::now());
-                }
-                return Err(e);
+            if let Err(error) = submitted {
+                // Ranks already queued may use the memory: the core lets them finish before the borrows end.
+                return Err(Partial { queued: slot, error });
             }
         }
         Ok(())
@@ -303,19 +297,19 @@ impl Exec for EmuTeam {
         Ok(())
     }
 
-    fn max_threads_per_block(&self, _team: &TeamShared, _kernel: &'static Kernel) -> Result<u32, Error> {
+    fn max_threads_per_block(&self, _team: &dyn TeamView, _kernel: &'static Kernel) -> Result<u32, Error> {
         Ok(MAX_BLOCK_THREADS)
     }
 
     fn launch(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
         _streams: Option<&[ExternalStream]>,
         _capturing: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Partial> {
         // No caller streams here (`check_stream` refuses them): every launch goes to the ranks' own.
         self.queue(team, kernel, cfg, packs.into_iter().map(Arc::new).collect())
     }
@@ -347,12 +341,17 @@ impl Exec for EmuTeam {
         Ok(Captured::new(launches))
     }
 
-    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error> {
-        let launches = captured.get::<Vec<Recorded>>(team)?;
-        launches.iter().try_for_each(|r| match r {
-            Recorded::Launch { kernel, cfg, packs } => self.queue(team, kernel, *cfg, packs.clone()),
-            Recorded::Copy { slot, copy } => self.queue_copy(*slot, *copy),
-        })
+    fn replay(&self, team: &dyn TeamView, captured: &Captured) -> Result<(), Partial> {
+        let launches = captured.get::<Vec<Recorded>>(self.name())?;
+        for (i, r) in launches.iter().enumerate() {
+            let queued = match r {
+                Recorded::Launch { kernel, cfg, packs } => self.queue(team, kernel, *cfg, packs.clone()),
+                Recorded::Copy { slot, copy } => self.queue_copy(*slot, *copy).map_err(Partial::from),
+            };
+            // The recorded work before this one was queued on every rank: the core waits for it too.
+            queued.map_err(|p| if i > 0 { Partial { queued: self.ranks.len(), ..p } } else { p })?;
+        }
+        Ok(())
     }
 
     fn export(&self, _slot: usize, addr: u64, _bytes: usize) -> Result<OwnedFd, Error> {

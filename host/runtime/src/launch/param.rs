@@ -1,15 +1,12 @@
 //! Lowering host arguments to the kernel ABI ([`LaunchParam`]) and packing the values the way
 //! `cuLaunchKernel` takes them ([`ParamPack`]).
 
-use std::ffi::c_void;
-use std::fmt;
-use std::mem::{align_of, size_of};
-
 use ferrocomm_device::abi::{RawSlice, RawSym};
 use ferrocomm_device::queue::HostQueues;
 use ferrocomm_device::{DeviceParam, SignalPad, SymSlice, SymSliceMut, bf16, f16};
 
 use crate::error::Error;
+use crate::exec::ParamPack;
 use crate::memory::{DeviceCopy, SignalPadBuffer, SymBuffer};
 use crate::team::RankRef;
 
@@ -99,74 +96,11 @@ impl LaunchParam for HostQueues {
     }
 }
 
-/// Largest alignment a parameter may need (a `.param .align 16` array).
-const SLOT_ALIGN: usize = 16;
-
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Slot([u8; SLOT_ALIGN]);
-
-/// One rank's kernel arguments: each ABI value in aligned storage, and the array of pointers to them that
-/// `cuLaunchKernel` (and the emulator's `Kernel::emulate`) takes.
-#[derive(Clone, Default)]
-pub struct ParamPack {
-    storage: Vec<Slot>,
-    /// Byte offset of each value in `storage`.
-    offsets: Vec<usize>,
-    used: usize,
-}
-
-// SAFETY: the pack holds plain `Copy` values (numbers and device addresses); it never dereferences them.
-unsafe impl Send for ParamPack {}
-// SAFETY: as above; shared access only reads.
-unsafe impl Sync for ParamPack {}
-
 impl ParamPack {
-    /// An empty pack.
-    pub fn new() -> ParamPack {
-        ParamPack::default()
-    }
-
-    /// Appends the next argument's ABI value.
-    pub fn push<A: Copy>(&mut self, value: A) {
-        const { assert!(align_of::<A>() <= SLOT_ALIGN, "a kernel parameter may be aligned to at most 16 bytes") };
-        let offset = self.used.next_multiple_of(align_of::<A>());
-        let end = offset + size_of::<A>();
-        self.storage.resize(end.div_ceil(SLOT_ALIGN), Slot([0; SLOT_ALIGN]));
-        // SAFETY: `storage` is 16-byte aligned and holds at least `end` bytes; `offset` is a multiple of
-        // `A`'s alignment, so the write is in bounds and aligned.
-        unsafe { self.storage.as_mut_ptr().cast::<u8>().add(offset).cast::<A>().write(value) };
-        self.offsets.push(offset);
-        self.used = end;
-    }
-
     /// Lowers `host` for `rank` with `P`'s [`LaunchParam`] and appends the result.
     pub fn push_param<P: LaunchParam>(&mut self, host: &P::Host<'_>, rank: &RankRef<'_>) -> Result<(), Error> {
         self.push(P::lower(host, rank)?);
         Ok(())
-    }
-
-    /// Number of arguments.
-    pub fn len(&self) -> usize {
-        self.offsets.len()
-    }
-
-    /// Whether there are no arguments.
-    pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty()
-    }
-
-    /// One pointer per argument, into this pack (valid while it is neither moved from nor changed).
-    pub fn pointers(&self) -> Vec<*mut c_void> {
-        let base = self.storage.as_ptr().cast::<u8>();
-        // SAFETY: every offset lies within `storage`.
-        self.offsets.iter().map(|&o| unsafe { base.add(o) }.cast_mut().cast::<c_void>()).collect()
-    }
-}
-
-impl fmt::Debug for ParamPack {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ParamPack").field("args", &self.offsets.len()).field("bytes", &self.used).finish()
     }
 }
 

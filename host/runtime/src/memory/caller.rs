@@ -11,7 +11,7 @@ use std::mem::size_of;
 
 use super::{DeviceCopy, SymBuffer};
 use crate::error::Error;
-use crate::launch::LaunchGuard;
+use crate::stream::LaunchGuard;
 use crate::team::{Team, TeamShared};
 
 /// `bytes` bytes at `addr` on one rank's device, allocated by the caller. Made with
@@ -119,5 +119,7 @@ unsafe fn queue_copy(
     let route = crate::stream::route(team)?;
     let stream = route.streams.as_ref().map(|s| &s[slot]);
     // SAFETY: the caller's contract.
-    crate::launch::enqueue(team, &route, |recorded| unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) })
+    crate::stream::enqueue(team, &route, |recorded| {
+        unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) }.map_err(crate::exec::Partial::from)
+    })
 }

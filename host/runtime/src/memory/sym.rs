@@ -10,7 +10,6 @@ use ferrocomm_device::abi::{RawSlice, RawSym};
 
 use super::{DeviceCopy, allocation_bytes};
 use crate::error::Error;
-use crate::launch::short_type_name;
 use crate::team::{BufferEntry, Device, Part, RankRef, Team, TeamShared};
 
 /// A symmetric buffer: `len` elements of `T` on every rank of a team.
@@ -363,5 +362,39 @@ impl<T: DeviceCopy> fmt::Debug for SymBuffer<T> {
             .field("world", &self.alloc.team.world)
             .field("team", &self.alloc.team.id)
             .finish()
+    }
+}
+
+/// `ferrocomm_device::half::bf16` → `bf16`, `[core::primitive::u32; 4]` → `[u32; 4]`: type names without
+/// their paths.
+pub(crate) fn short_type_name(full: &str) -> String {
+    let mut out = String::with_capacity(full.len());
+    let mut word = String::new();
+    let mut chars = full.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else if c == ':' && chars.peek() == Some(&':') {
+            chars.next();
+            word.clear();
+        } else {
+            out.push_str(&word);
+            word.clear();
+            out.push(c);
+        }
+    }
+    out.push_str(&word);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_type_name;
+
+    #[test]
+    fn type_names_lose_their_paths() {
+        assert_eq!(short_type_name("u32"), "u32");
+        assert_eq!(short_type_name("ferrocomm_device::half::bf16"), "bf16");
+        assert_eq!(short_type_name("[core::primitive::u32; 4]"), "[u32; 4]");
     }
 }

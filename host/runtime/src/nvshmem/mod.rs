@@ -301,7 +301,7 @@ impl Nvshmem {
             });
         }
         // Which PEs loads and stores reach: NVSHMEM maps those of this node (NVLink, PCIe P2P) into the heap.
-        let probe = nv.malloc(crate::memory::ALIGN, "NVSHMEM's reachability probe")?;
+        let probe = nv.malloc(crate::size::ALIGN, "NVSHMEM's reachability probe")?;
         nv.reachable = (0..world).map(|pe| nv.peer_address(probe, pe) != 0).collect();
         nv.free(probe);
         Ok(nv)
@@ -334,7 +334,7 @@ impl SymmetricHeap for Nvshmem {
                 heap,
                 heap_from_env: from_env,
                 // Room for what is live, this allocation, and NVSHMEM's own share of the heap.
-                suggested: crate::size::human((live + bytes as u64 + heap).next_power_of_two()),
+                suggested: crate::error::human((live + bytes as u64 + heap).next_power_of_two()),
             });
         }
         self.live.lock().unwrap_or_else(|p| p.into_inner()).push((ptr as u64, bytes));
@@ -425,7 +425,7 @@ mod tests {
 
     #[test]
     fn heap_sizes_read_well_in_errors() {
-        assert_eq!(crate::size::human(3 << 29), "1.5 GiB");
+        assert_eq!(crate::error::human(3 << 29), "1.5 GiB");
     }
 
     #[test]

@@ -12,8 +12,6 @@
 //!   size is silent corruption otherwise);
 //! - the team itself ([`team`]): one local rank, on the backend's cross-process variant.
 
-pub(crate) mod symmetric;
-
 use std::collections::HashSet;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};

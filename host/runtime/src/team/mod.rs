@@ -1,10 +1,17 @@
 //! Teams: ranks, each a GPU (or a share of one) with its own stream, memory and module instances — all in
-//! this process, or one per process of a job (`process`). Choosing one: [`TeamBuilder`]. The core here
-//! keeps the ranks, their devices and error slots; the backends behind the `exec` seam run them (`cuda`,
-//! `emu`). Peer access is enabled in `cuda/peer.rs`.
+//! this process, or one per process of a job (`process`). Choosing one: [`TeamBuilder`](crate::TeamBuilder).
+//!
+//! The core: the ranks, their devices and error buffers, the watchdog (`shared`); decoding the device's
+//! error records and naming the addresses in them (`decode`); symmetric memory across processes
+//! (`symmetric`); the tracing service (`trace`); the environment a team is chosen by (`env`). The backends
+//! behind the `exec` seam run the ranks (`cuda`, `emu`, NVSHMEM's heap); the core knows them only through
+//! that seam, and the builder is the one place that picks them.
 
+mod decode;
 mod env;
 mod shared;
+mod symmetric;
+pub(crate) mod trace;
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +21,7 @@ pub use env::{
     BACKEND_ENV, DEFAULT_TIMEOUT, DEFAULT_WORLD, EMULATOR_DEFAULT_TIMEOUT, PDL_ENV, RANKS_PER_GPU_ENV, TIMEOUT_ENV,
     WORLD_ENV, ranks_per_gpu_from,
 };
-pub(crate) use shared::{BufferEntry, ErrorSlot, PadEntry, Part, TeamShared};
+pub(crate) use shared::{BufferEntry, PadEntry, Part, Pin, TeamShared};
 
 pub use crate::names::Device;
 

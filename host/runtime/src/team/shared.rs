@@ -1,6 +1,7 @@
 //! The state a team shares with its buffers and guards: the backend, the per-rank error buffers, the host
 //! watchdog, and the registries that turn an address back into a pad or buffer name (`launch::decode`).
 
+use std::any::Any;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,27 +9,18 @@ use std::time::{Duration, Instant};
 
 use ferrocomm_device::abi::{ERROR_KIND_SLOTS, ErrorBuffer, ErrorKind, LaunchCtx};
 
+use super::symmetric;
 use super::{Backend, Device};
 use crate::error::{DeviceError, DeviceErrors, Error, ErrorCount};
-use crate::exec::{Exec, SymmetricHeap};
-use crate::memory::Allocation;
-use crate::process::{ProcessGroup, symmetric};
+use crate::exec::{ErrorSlot, Exec, Partial, SymmetricHeap, TeamView};
+use crate::process::ProcessGroup;
 
 /// Slack the host watchdog gives a launch beyond the device timeout before it declares the stream stuck.
 pub(crate) const HOST_GRACE: Duration = Duration::from_secs(1);
 
-/// A rank's error buffer: host memory, and the address kernels write it at.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ErrorSlot {
-    pub host: *mut ErrorBuffer,
-    pub device: u64,
-}
-
-// SAFETY: the buffer is plain memory owned by the team; the host reads and clears it only while no kernel
-// of the team runs (after `wait_idle`).
-unsafe impl Send for ErrorSlot {}
-// SAFETY: as above.
-unsafe impl Sync for ErrorSlot {}
+/// Memory a captured graph's launches use (a symmetric buffer's), which the graph keeps alive: the team
+/// holds it without knowing what it is.
+pub(crate) type Pin = Arc<dyn Any + Send + Sync>;
 
 /// The team's abort words: one `u32` per rank in a symmetric allocation (a panic raises every rank's, and
 /// waits end when they see their own), and each local rank's table of every rank's word.
@@ -41,7 +33,7 @@ pub(crate) struct AbortWords {
 }
 
 /// Bytes of each rank's abort word allocation (one allocation granule; the word is its first 4 bytes).
-const ABORT_BYTES: usize = crate::memory::ALIGN;
+const ABORT_BYTES: usize = crate::size::ALIGN;
 
 /// A signal pad's ranges, so a timeout's address can be named.
 #[derive(Debug)]
@@ -93,7 +85,7 @@ pub(crate) struct TeamShared {
     /// differently on different ranks (kernels waiting on each other would deadlock).
     pub launch_lock: Mutex<()>,
     /// Memory the launches of the capture in progress use: the graph keeps it alive.
-    pub capture_pins: Mutex<Vec<Arc<Allocation>>>,
+    pub capture_pins: Mutex<Vec<Pin>>,
     pub pads: Mutex<Vec<PadEntry>>,
     pub buffers: Mutex<Vec<BufferEntry>>,
     /// The team's other processes, when it spans several.
@@ -104,7 +96,7 @@ pub(crate) struct TeamShared {
     /// The abort words (`None` only while the team is being built).
     abort: Option<AbortWords>,
     /// Trace mode's rings and log (`None`: the team does not trace).
-    pub tracer: Option<crate::trace::Tracer>,
+    pub tracer: Option<super::trace::Tracer>,
     /// Dropped only when no kernel can still run (see `Drop`).
     pub exec: ManuallyDrop<Box<dyn Exec>>,
 }
@@ -184,7 +176,7 @@ impl TeamShared {
         let parts = self.alloc_symmetric(ABORT_BYTES, "the team's abort words")?;
         let mut words = AbortWords { parts, tables: Vec::with_capacity(self.local.len()) };
         let table: Vec<u8> = words.parts.iter().flat_map(|p| p.address().to_ne_bytes()).collect();
-        let table_bytes = crate::memory::allocation_bytes::<u64>(self.world)?;
+        let table_bytes = crate::size::allocation_bytes::<u64>(self.world)?;
         for &rank in &self.local {
             let made = self.alloc(rank, table_bytes).and_then(|addr| {
                 words.tables.push(addr);
@@ -206,7 +198,7 @@ impl TeamShared {
     }
 
     fn free_abort_words(&self, words: &AbortWords) {
-        let table_bytes = crate::memory::allocation_bytes::<u64>(self.world).unwrap_or(crate::memory::ALIGN);
+        let table_bytes = crate::size::allocation_bytes::<u64>(self.world).unwrap_or(crate::size::ALIGN);
         for (&rank, &addr) in self.local.iter().zip(&words.tables) {
             self.free(rank, addr, table_bytes);
         }
@@ -250,11 +242,12 @@ impl TeamShared {
     }
 
     /// Keeps `alloc` alive for the graph being captured, if one is (a kernel parameter lowered from it).
-    pub fn pin_if_capturing(&self, alloc: &Arc<Allocation>) {
+    pub fn pin_if_capturing<T: Any + Send + Sync>(&self, alloc: &Arc<T>) {
         if self.capturing.load(Ordering::Acquire) {
             let mut pins = self.capture_pins.lock().unwrap_or_else(|p| p.into_inner());
-            if !pins.iter().any(|p| Arc::ptr_eq(p, alloc)) {
-                pins.push(Arc::clone(alloc));
+            let pinned = Arc::as_ptr(alloc).cast::<()>();
+            if !pins.iter().any(|p| Arc::as_ptr(p).cast::<()>() == pinned) {
+                pins.push(Arc::clone(alloc) as Pin);
             }
         }
     }
@@ -268,6 +261,17 @@ impl TeamShared {
             errors: self.error_buffers[self.slot(rank).expect("launched on a local rank")].device as usize
                 as *mut ErrorBuffer,
         }
+    }
+
+    /// The error of a launch or replay that failed part-way (`recorded`: by a capture, so nothing ran): the
+    /// ranks already queued are waited for first, since they may use memory the caller frees next, and their
+    /// device errors, consequences of the failure (their peers never started), are dropped.
+    pub(crate) fn after_partial(&self, partial: Partial, recorded: bool) -> Error {
+        if partial.queued > 0 && !recorded {
+            let _ = self.wait_idle(Instant::now());
+            let _ = self.take_device_errors();
+        }
+        partial.error
     }
 
     /// Makes sure no kernel runs before the host touches memory: a no-op unless a launch guard is alive or
@@ -584,5 +588,28 @@ impl Drop for TeamShared {
         }
         // SAFETY: dropped once, here, and never used again.
         unsafe { ManuallyDrop::drop(&mut self.exec) };
+    }
+}
+
+/// What the backends read of the team.
+impl TeamView for TeamShared {
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    fn local(&self) -> &[usize] {
+        &self.local
+    }
+
+    fn launch_ctx(&self, rank: usize) -> LaunchCtx {
+        TeamShared::launch_ctx(self, rank)
+    }
+
+    fn trace_ring(&self, slot: usize) -> Option<(u64, u64)> {
+        TeamShared::trace_ring(self, slot).map(|ring| (ring, self.trace_capacity()))
+    }
+
+    fn heap(&self) -> Option<&dyn SymmetricHeap> {
+        self.nvshmem.as_deref()
     }
 }

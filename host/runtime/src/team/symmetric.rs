@@ -3,9 +3,9 @@
 //! Unix-socket mesh, and each process maps its peers' parts. The peer tables then hold the mapped
 //! addresses, so kernels store to a peer's part exactly as in a team of one process.
 
-use super::ProcessGroup;
+use super::{Part, TeamShared};
 use crate::error::Error;
-use crate::team::{Part, TeamShared};
+use crate::process::ProcessGroup;
 
 /// The parts of a new symmetric allocation of `bytes` per rank, `label` naming it (e.g. `SymBuffer<f32>`):
 /// this rank's own, and every peer's mapped here. Fails on every rank alike when the ranks disagree.

@@ -1,5 +1,6 @@
-//! Streams the caller owns: how a framework that has its own streams and graphs (PyTorch, candle,
-//! mistral.rs) runs ferrocomm's kernels in its order of work.
+//! Where queued work goes: the team's own streams, or streams the caller owns — how a framework that has
+//! its own streams and graphs (PyTorch, candle, mistral.rs) runs ferrocomm's kernels in its order of work —
+//! and the [`LaunchGuard`] of work queued there (`guard`).
 //!
 //! A [`StreamBinding`] makes the launches of one team, made on this thread while it lives, go to the
 //! caller's streams instead of the team's own — as `torch.cuda.stream(s)` makes torch's work go to `s`.
@@ -18,64 +19,20 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Instant;
 
-use cudarc::driver::CudaStream;
-use cudarc::driver::sys::CUstream;
+mod guard;
+
+pub use guard::LaunchGuard;
+
+pub use crate::exec::ExternalStream;
+pub(crate) use crate::exec::StreamState;
 
 use crate::error::Error;
+use crate::exec::Partial;
 use crate::team::{Team, TeamShared};
-
-/// A CUDA stream the caller owns, in the primary context of the device of the rank it is bound for.
-#[derive(Clone)]
-pub struct ExternalStream {
-    raw: usize,
-    /// Keeps a cudarc stream alive while ferrocomm holds it.
-    _owner: Option<Arc<CudaStream>>,
-}
-
-impl ExternalStream {
-    /// A stream given by its driver handle, as torch gives it (`torch.cuda.current_stream().cuda_stream`; 0
-    /// is the legacy default stream).
-    ///
-    /// # Safety
-    ///
-    /// `raw` is a live stream (or 0) and stays alive while it is bound and until the work ferrocomm queued
-    /// on it has finished.
-    pub unsafe fn from_raw(raw: CUstream) -> ExternalStream {
-        ExternalStream { raw: raw as usize, _owner: None }
-    }
-
-    /// A cudarc stream (as candle and mistral.rs hold theirs); ferrocomm keeps it alive while it holds it.
-    pub fn from_cudarc(stream: &Arc<CudaStream>) -> ExternalStream {
-        ExternalStream { raw: stream.cu_stream() as usize, _owner: Some(Arc::clone(stream)) }
-    }
-
-    /// The driver handle.
-    pub fn as_raw(&self) -> CUstream {
-        self.raw as CUstream
-    }
-
-    /// The handle as a number (how the team remembers streams with work queued on them).
-    pub(crate) fn id(&self) -> usize {
-        self.raw
-    }
-}
-
-impl fmt::Debug for ExternalStream {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ExternalStream({:#x})", self.raw)
-    }
-}
-
-/// Whether a caller's stream runs what is queued on it or records it, as a launch needs to know.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StreamState {
-    /// It runs its work in order.
-    Running,
-    /// It is capturing a graph: launches are recorded, and it must not be queried or waited on.
-    Capturing,
-}
 
 thread_local! {
     /// Per team id: the caller's streams this thread launches on (one per local rank), innermost last.
@@ -189,5 +146,38 @@ impl Team {
     /// [`Team::bind_streams`] for a team with one rank in this process (one process per GPU).
     pub fn bind_stream(&self, stream: ExternalStream) -> Result<StreamBinding<'_>, Error> {
         self.bind_streams(vec![stream])
+    }
+}
+
+/// Queues one piece of work — a launch, or a copy (`memory::caller`) — with `queue` where `route` says, under
+/// the team's launch lock: counted in flight while it runs, or among the capture's launches when a capture
+/// records it (`queue` is told which). Returns its guard.
+pub(crate) fn enqueue<'a>(
+    team: &'a TeamShared,
+    route: &Route,
+    queue: impl FnOnce(bool) -> Result<(), Partial>,
+) -> Result<LaunchGuard<'a>, Error> {
+    let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
+    let recorded = route.recorded();
+    if !recorded {
+        team.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+    match queue(recorded) {
+        Ok(()) if recorded => {
+            if route.team_capture {
+                team.captured_launches.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(LaunchGuard::recorded(team))
+        }
+        // The watchdog counts from the enqueue: a first launch JIT-compiles the module on every rank
+        // (seconds for a large module on a cold cache), which no kernel waits through.
+        Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
+        Err(partial) => {
+            let e = team.after_partial(partial, recorded);
+            if !recorded {
+                team.in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+            Err(e)
+        }
     }
 }

@@ -1,38 +1,16 @@
-//! Trace mode: what the device library's trace hooks record (puts, signals, waits, barriers, epoch
-//! advances, marks), collected from every local rank's ring after each launch or graph replay and written
-//! as a Perfetto/Chrome trace JSON when the team is dropped (or on [`Team::write_trace`]).
-//!
-//! ```no_run
-//! use ferrocomm::Team;
-//! # fn main() -> Result<(), ferrocomm::Error> {
-//! let team = Team::builder().trace(true).build()?; // or FERROCOMM_TRACE=1
-//! // ... launches ...
-//! team.write_trace("run.json")?; // open it in https://ui.perfetto.dev
-//! # Ok(()) }
-//! ```
-//!
-//! On a GPU a traced team loads each kernels crate's *traced flavour* (PTX compiled with `--cfg
-//! ferrocomm_trace`, see `ferrocomm_builder`); untraced teams load the ordinary modules, whose PTX has no
-//! trace code at all. The emulator records into the same rings, with host timestamps. Each rank's ring
-//! holds [`TraceConfig::capacity`] events per launch; events past it are counted ([`Team::trace_lost`]),
-//! never dropped silently.
-//!
-//! | variable | effect |
-//! | --- | --- |
-//! | `FERROCOMM_TRACE=1` | trace every team the process builds (`0`: none), unless its builder says otherwise (`TeamBuilder::trace`) |
-//! | `FERROCOMM_TRACE_DIR` | where a dropped team writes `ferrocomm-trace-<pid>-team<id>.json` (default `.`) |
-//! | `FERROCOMM_TRACE_EVENTS` | events per rank per launch (default 65536) |
+//! The team's tracing service: each local rank's ring, collected after every launch or replay and named
+//! (see the crate's `trace` module for what trace mode records and how to use it).
 
 mod chrome;
-mod event;
+mod decode;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use ferrocomm_device::abi::{TRACE_HEADER_BYTES, TraceEvent as RawEvent, TraceRing};
 
-pub use crate::event::{TraceEvent, TraceWhat};
-pub(crate) use event::host_ns;
+use crate::event::TraceEvent;
+pub(crate) use decode::host_ns;
 
 use crate::error::Error;
 use crate::team::{Team, TeamShared};
@@ -98,7 +76,7 @@ impl TraceConfig {
         self.capacity
             .checked_mul(size_of::<RawEvent>())
             .and_then(|b| b.checked_add(TRACE_HEADER_BYTES))
-            .map(|b| b.next_multiple_of(crate::memory::ALIGN))
+            .map(|b| b.next_multiple_of(crate::size::ALIGN))
             .ok_or_else(|| Error::TeamConfig {
                 reason: format!("a trace ring of {} events is too large", self.capacity),
             })
@@ -113,7 +91,7 @@ pub(crate) struct Tracer {
     rings: Vec<u64>,
     bytes: usize,
     /// Per local rank: nanoseconds to subtract from its GPU's `%globaltimer` to get the host clock of
-    /// [`event::host_ns`] (measured at team creation; 0 on the emulator, whose clock is the host's).
+    /// [`host_ns`] (measured at team creation; 0 on the emulator, whose clock is the host's).
     pub offsets: Vec<i64>,
     log: Mutex<Log>,
 }
@@ -197,7 +175,7 @@ impl TeamShared {
             fresh.extend(
                 bytes
                     .chunks_exact(size_of::<RawEvent>())
-                    .filter_map(|c| event::decode(self, rank, launch, offset, &raw_event(c))),
+                    .filter_map(|c| decode::decode(self, rank, launch, offset, &raw_event(c))),
             );
         }
         log.collections += 1;

@@ -3,33 +3,11 @@
 
 use ferrocomm_device::abi::{ErrorKind, ErrorRecord, MismatchScope, SourceCheck, ThreadRef};
 
+use super::TeamShared;
 use crate::error::{BufferRef, Cmp, DeviceError, GpuThread, Location, SignalRef};
-use crate::team::TeamShared;
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// `ferrocomm_device::half::bf16` → `bf16`, `[core::primitive::u32; 4]` → `[u32; 4]`: type names without
-/// their paths.
-pub(crate) fn short_type_name(full: &str) -> String {
-    let mut out = String::with_capacity(full.len());
-    let mut word = String::new();
-    let mut chars = full.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c.is_alphanumeric() || c == '_' {
-            word.push(c);
-        } else if c == ':' && chars.peek() == Some(&':') {
-            chars.next();
-            word.clear();
-        } else {
-            out.push_str(&word);
-            word.clear();
-            out.push(c);
-        }
-    }
-    out.push_str(&word);
-    out
 }
 
 impl TeamShared {
@@ -144,17 +122,5 @@ impl TeamShared {
             }
         }
         format!("at {base:#x}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::short_type_name;
-
-    #[test]
-    fn type_names_lose_their_paths() {
-        assert_eq!(short_type_name("u32"), "u32");
-        assert_eq!(short_type_name("ferrocomm_device::half::bf16"), "bf16");
-        assert_eq!(short_type_name("[core::primitive::u32; 4]"), "[u32; 4]");
     }
 }

@@ -3,8 +3,19 @@
 //! The core (`team`) owns the ranks, their devices, their error slots and the watchdog; an [`Exec`] owns
 //! streams, memory and launches. The in-process CUDA backend (`cuda`) and the emulator (`emu`) implement
 //! it, and so do their cross-process variants. Backends number the ranks they run `0..n`, in the order of
-//! the team's local ranks ([`TeamShared::local`]): in a team of one process that is every rank, in a team
+//! the team's local ranks ([`TeamView::local`]): in a team of one process that is every rank, in a team
 //! that spans processes it is this process's share.
+//!
+//! Everything that crosses the seam is defined here — the kernel and its arguments (`kernel`), the
+//! caller's streams (`stream`), the error buffers, the view of the team a backend reads ([`TeamView`]) — so
+//! the backends import the core's seam and nothing above it, and the core never imports a backend.
+
+mod kernel;
+mod stream;
+
+pub use kernel::{Kernel, LaunchConfig, ParamPack};
+pub use stream::ExternalStream;
+pub(crate) use stream::StreamState;
 
 use std::any::Any;
 use std::fmt;
@@ -13,11 +24,58 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUmodule;
+use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
 
 use crate::error::Error;
-use crate::launch::{Kernel, LaunchConfig, ParamPack};
-use crate::stream::{ExternalStream, StreamState};
-use crate::team::{ErrorSlot, TeamShared};
+
+/// A rank's error buffer: host memory, and the address kernels write it at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ErrorSlot {
+    pub host: *mut ErrorBuffer,
+    pub device: u64,
+}
+
+// SAFETY: the buffer is plain memory owned by the team; the host reads and clears it only while no kernel
+// of the team runs (after `wait_idle`).
+unsafe impl Send for ErrorSlot {}
+// SAFETY: as above.
+unsafe impl Sync for ErrorSlot {}
+
+/// What a backend reads of the team to load modules and launch kernels. The core implements it: a
+/// backend sees this, never the team itself.
+pub(crate) trait TeamView: Sync {
+    /// The number of ranks in the team.
+    fn world(&self) -> usize;
+
+    /// The team rank each local slot runs, in slot order.
+    fn local(&self) -> &[usize];
+
+    /// The launch context (the device ABI's) of team rank `rank`, which runs here.
+    fn launch_ctx(&self, rank: usize) -> LaunchCtx;
+
+    /// In trace mode: local slot `slot`'s trace ring, and the rings' capacity in events.
+    fn trace_ring(&self, slot: usize) -> Option<(u64, u64)>;
+
+    /// The symmetric heap the team's modules link against, if it has one.
+    fn heap(&self) -> Option<&dyn SymmetricHeap>;
+}
+
+/// A launch or replay that failed on a local rank after the ranks before it were queued: the core waits
+/// for those (they may use memory the caller is about to free) before it reports `error`.
+#[derive(Debug)]
+pub(crate) struct Partial {
+    /// How many local ranks (slots `0..queued`) had their work queued.
+    pub queued: usize,
+    /// Why the next one failed.
+    pub error: Error,
+}
+
+impl From<Error> for Partial {
+    /// A failure before any rank was queued.
+    fn from(error: Error) -> Partial {
+        Partial { queued: 0, error }
+    }
+}
 
 /// What runs a team's local ranks: their memory, their streams, their launches and graphs.
 pub(crate) trait Exec: Send + Sync + fmt::Debug {
@@ -67,20 +125,20 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
     unsafe fn free_error_buffer(&self, errors: ErrorSlot) -> Result<(), Error>;
 
     /// The most threads per block `kernel` can be launched with on every local rank.
-    fn max_threads_per_block(&self, team: &TeamShared, kernel: &'static Kernel) -> Result<u32, Error>;
+    fn max_threads_per_block(&self, team: &dyn TeamView, kernel: &'static Kernel) -> Result<u32, Error>;
 
     /// Queues `kernel` on every local rank (`packs` in local order): on `streams` (the caller's, one per local
     /// rank) when given, else on the ranks' own. `capturing`: a capture records it (the team's, or the one of
     /// the caller's streams), so nothing is waited for or marked.
     fn launch(
         &self,
-        team: &TeamShared,
+        team: &dyn TeamView,
         kernel: &'static Kernel,
         cfg: LaunchConfig,
         packs: Vec<ParamPack>,
         streams: Option<&[ExternalStream]>,
         capturing: bool,
-    ) -> Result<(), Error>;
+    ) -> Result<(), Partial>;
 
     /// Queues a copy of `bytes` bytes from `src` to `dst` on local rank `slot`, in the order of its launches:
     /// on `stream` (the caller's) when given, else on the rank's own; recorded by a capture as a launch is.
@@ -124,7 +182,7 @@ pub(crate) trait Exec: Send + Sync + fmt::Debug {
     fn end_capture(&self, keep: bool) -> Result<Captured, Error>;
 
     /// Queues a capture of [`Exec::end_capture`] again on every local rank.
-    fn replay(&self, team: &TeamShared, captured: &Captured) -> Result<(), Error>;
+    fn replay(&self, team: &dyn TeamView, captured: &Captured) -> Result<(), Partial>;
 
     /// Allocation `addr` (`bytes`, from [`Exec::alloc`]) of local rank `slot` as a file descriptor that
     /// the other processes of this host can map with [`Exec::import`]. Only the cross-process variants of
@@ -226,12 +284,12 @@ impl Captured {
         Captured(Box::new(launches))
     }
 
-    /// The backend's own form, or [`Error::Unsupported`] for a capture made by another backend.
-    pub(crate) fn get<T: Any>(&self, team: &TeamShared) -> Result<&T, Error> {
-        self.0.downcast_ref::<T>().ok_or(Error::Unsupported {
-            what: "replaying a graph captured by another backend",
-            backend: team.backend.name(),
-        })
+    /// The backend's own form, or [`Error::Unsupported`] for a capture made by another backend (`backend`
+    /// names the one asking).
+    pub(crate) fn get<T: Any>(&self, backend: &'static str) -> Result<&T, Error> {
+        self.0
+            .downcast_ref::<T>()
+            .ok_or(Error::Unsupported { what: "replaying a graph captured by another backend", backend })
     }
 }
 
