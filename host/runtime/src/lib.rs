@@ -45,7 +45,8 @@
 //! The modules form layers, with no import cycle (`tools/import-graph host/runtime --acyclic` checks it):
 //! `names`, `event`, `error`, `size`, `module`, `system` at the bottom; the `exec` seam; the core (`process`,
 //! `team`); the API on it (`stream`, `memory`, `launch`, `graph`, `trace`); the backends (`cuda`, `emu`,
-//! `nvshmem`), which import the seam and the core, never the API; and `builder`, which picks them.
+//! `nvshmem`), which import the seam and what lies below it, never the core or the API; and `builder`, which
+//! picks them.
 //!
 //! The environment: `FERROCOMM_BACKEND=cuda|emulator|auto`, `FERROCOMM_TIMEOUT_MS` (device wait timeout,
 //! default 2000 on GPUs, 20000 on the emulator), `FERROCOMM_WORLD` (number of ranks when the code does not say), `FERROCOMM_TRACE=1` (trace

@@ -9,7 +9,7 @@ use cudarc::driver::result;
 
 use super::CudaTeam;
 use crate::error::{Error, cuda};
-use crate::team::trace::host_ns;
+use crate::exec::host_ns;
 
 /// `*out = %globaltimer`.
 const GLOBALTIMER_PTX: &str = r#"

@@ -20,13 +20,21 @@ pub(crate) use stream::StreamState;
 use std::any::Any;
 use std::fmt;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUmodule;
 use ferrocomm_device::abi::{ErrorBuffer, LaunchCtx};
 
 use crate::error::Error;
+
+/// Nanoseconds since this process first asked: the host clock against which [`Exec::clock_offsets`] measures
+/// every GPU's `%globaltimer`, so that every rank's trace events share one time axis.
+pub(crate) fn host_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// A rank's error buffer: host memory, and the address kernels write it at.
 #[derive(Debug, Clone, Copy)]

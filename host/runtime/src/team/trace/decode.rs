@@ -1,20 +1,11 @@
 //! Reading the device's raw [`TraceEvent`](ferrocomm_device::abi::TraceEvent)s as the host's
 //! [`TraceEvent`]s: their addresses named, their time put on the team's common clock.
 
-use std::sync::OnceLock;
-use std::time::Instant;
-
 use ferrocomm_device::abi::{TraceEvent as RawEvent, TraceKind};
 
 use crate::event::{TraceEvent, TraceWhat};
 use crate::names::{BufferRef, Cmp};
 use crate::team::TeamShared;
-
-/// Nanoseconds since this process first asked: the host clock every GPU's offset is measured against.
-pub(crate) fn host_ns() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    u64::try_from(START.get_or_init(Instant::now).elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
 
 /// Names a raw event of rank `rank` (its GPU's clock `offset` ns ahead of the host's); `None` for a slot the
 /// device never wrote (kind 0) or a kind this runtime does not know.

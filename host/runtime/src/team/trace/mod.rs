@@ -10,7 +10,6 @@ use std::sync::Mutex;
 use ferrocomm_device::abi::{TRACE_HEADER_BYTES, TraceEvent as RawEvent, TraceRing};
 
 use crate::event::TraceEvent;
-pub(crate) use decode::host_ns;
 
 use crate::error::Error;
 use crate::team::{Team, TeamShared};
@@ -91,7 +90,7 @@ pub(crate) struct Tracer {
     rings: Vec<u64>,
     bytes: usize,
     /// Per local rank: nanoseconds to subtract from its GPU's `%globaltimer` to get the host clock of
-    /// [`host_ns`] (measured at team creation; 0 on the emulator, whose clock is the host's).
+    /// [`host_ns`](crate::exec::host_ns) (measured at team creation; 0 on the emulator, whose clock is the host's).
     pub offsets: Vec<i64>,
     log: Mutex<Log>,
 }
