@@ -1,5 +1,5 @@
 //! The state a team shares with its buffers and guards: the backend, the per-rank error buffers, the host
-//! watchdog, and the registries that turn an address back into a pad or buffer name (`launch::decode`).
+//! watchdog, and the registries that turn an address back into a pad or buffer name (`decode`).
 
 use std::any::Any;
 use std::mem::ManuallyDrop;
