@@ -12,13 +12,13 @@
 //!   size is silent corruption otherwise);
 //! - the team itself ([`team`]): one local rank, on the backend's cross-process variant.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use ferrocomm_bootstrap::{FdMesh, JobEnv, Rendezvous};
+use ferrocomm_bootstrap::{BootstrapError, FdMesh, JobEnv, Rendezvous};
 
 use crate::error::Error;
 use crate::module::KernelModule;
@@ -39,6 +39,8 @@ pub(crate) struct ProcessGroup {
     modules: Mutex<HashSet<usize>>,
     /// Every rank's process id (the team is one host), to tell a dead peer from a slow one.
     pids: Vec<u32>,
+    /// Ranks an exchange found lost (their connection closed), whichever host they ran on.
+    lost: Mutex<BTreeSet<usize>>,
 }
 
 impl ProcessGroup {
@@ -64,12 +66,16 @@ impl ProcessGroup {
             .map(|b| b.as_slice().try_into().map(u32::from_le_bytes).unwrap_or(0))
             .collect();
         let modules = Mutex::new(HashSet::new());
-        Ok(ProcessGroup { rdv, mesh, allocations: AtomicU64::new(0), modules, pids })
+        Ok(ProcessGroup { rdv, mesh, allocations: AtomicU64::new(0), modules, pids, lost: Mutex::default() })
     }
 
-    /// The ranks whose processes have exited (or been killed): their peers' waits on them can only time
-    /// out. A process that exited but was not reaped yet counts as exited.
+    /// The ranks whose processes are gone: their peers' waits on them can only time out, and collective
+    /// calls with them never end. A rank is gone when an exchange found its connection closed (on any host),
+    /// or when its process on this host has exited or been killed (not reaped yet counts). The connection
+    /// tells first: a process that aborts closes it while its exit (a core dump, its GPU contexts' teardown)
+    /// can still take seconds before `/proc` shows it dead.
     pub fn exited_ranks(&self) -> Vec<usize> {
+        let lost = self.lost.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let gone = |pid: u32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => true,
             // The state follows the command name in parentheses: Z (zombie) and X (dead) have exited.
@@ -78,7 +84,16 @@ impl ProcessGroup {
                 .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
         };
         // Process ids mean something on this host only.
-        self.rdv.local_ranks().iter().copied().filter(|&r| r != self.rank() && gone(self.pids[r])).collect()
+        let exited = self.rdv.local_ranks().iter().copied().filter(|&r| r != self.rank() && gone(self.pids[r]));
+        lost.into_iter().chain(exited).collect::<BTreeSet<usize>>().into_iter().collect()
+    }
+
+    /// An exchange's result, noting the rank it found lost.
+    fn noting<T>(&self, result: Result<T, BootstrapError>) -> Result<T, Error> {
+        if let Err(BootstrapError::PeerLost { rank, .. }) = &result {
+            self.lost.lock().unwrap_or_else(PoisonError::into_inner).insert(*rank);
+        }
+        Ok(result?)
     }
 
     /// This process's rank.
@@ -98,7 +113,7 @@ impl ProcessGroup {
 
     /// Every rank's `bytes`, in rank order.
     pub fn all_gather(&self, what: &'static str, bytes: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-        Ok(self.rdv.all_gather(what, bytes)?)
+        self.noting(self.rdv.all_gather(what, bytes))
     }
 
     /// The bytes rank 0 makes with `make`, in every rank: how a library bootstraps over the rendezvous (the
@@ -158,7 +173,7 @@ impl ProcessGroup {
         mine: BorrowedFd<'_>,
         tag: &[u8],
     ) -> Result<Vec<Option<OwnedFd>>, Error> {
-        let received = self.mesh.exchange(what, mine, tag)?;
+        let received = self.noting(self.mesh.exchange(what, mine, tag))?;
         // The mesh orders them like the host's local ranks; the team is one host, so by rank.
         let mut by_rank: Vec<Option<OwnedFd>> = (0..self.world()).map(|_| None).collect();
         for (fd, &rank) in received.into_iter().zip(self.mesh.local_ranks()) {
@@ -192,5 +207,36 @@ pub(crate) fn rendezvous_timeout(env: impl Fn(&str) -> Option<String>) -> Result
                 expected: "a whole number of milliseconds above zero, e.g. 60000",
             }),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+
+    use super::*;
+
+    /// A free port on the loopback interface for a rendezvous.
+    fn free_address() -> SocketAddr {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free port");
+        listener.local_addr().expect("its address")
+    }
+
+    #[test]
+    fn a_rank_whose_connection_closed_is_gone_though_its_process_lives() {
+        // Both ranks in this process: its pid is alive, so only the closed connection can tell.
+        let at = free_address();
+        let join = |rank: usize| {
+            let env = JobEnv::explicit(rank, 2, rank, 2, at).expect("a layout");
+            std::thread::spawn(move || ProcessGroup::join(&env, Duration::from_secs(20), false))
+        };
+        let (zero, one) = (join(0), join(1));
+        let zero = zero.join().unwrap().expect("rank 0 joins");
+        let one = one.join().unwrap().expect("rank 1 joins");
+        assert!(zero.exited_ranks().is_empty());
+        drop(one);
+        let e = zero.agree("a check", "the same").unwrap_err();
+        assert!(e.to_string().contains("rank 1 was lost"), "{e}");
+        assert_eq!(zero.exited_ranks(), vec![1]);
     }
 }
