@@ -55,17 +55,17 @@ pub fn tp_fused<G: RowGroups>(
     let (rank, world) = (team::rank() as usize, team::world() as usize);
     block_mark("start");
     let session = pad.session();
+    let (tile, _) = plan.tile_of_block(block_rank());
+    let owner = session.channel((tile % world) as u32);
     let region = plan.partials_len();
-    let owner = |tile: usize| session.channel((tile % world) as u32);
-    block_product::<G, _>(x, w, &plan, |tile| {
+    block_product::<G, _>(x, w, &plan, |_| {
         // This rank's region of the owner's partials, which the owner reads only after every block's add below.
-        let to = owner(tile).remote(partials).vectors().sub(rank * region * 4, region * 4);
+        let to = owner.remote(partials).vectors().sub(rank * region * 4, region * 4);
         move |at, v| to.store_kept(at, v)
     });
     sync_threads();
     if thread_rank() == 0 {
-        let (tile, _) = plan.tile_of_block(block_rank());
-        owner(tile).signal(tp_pad::arrived(tile)).add_release(1);
+        owner.signal(tp_pad::arrived(tile)).add_release(1);
     }
     block_mark("pushed");
     let e = Epilogue { residual, gamma, out: VectorsMut::of(out) };
