@@ -25,6 +25,8 @@ pub struct MpsDaemon {
 impl MpsDaemon {
     /// Starts the daemon, or finds the one serving this process; `Err` says why MPS cannot run here.
     pub fn start() -> Result<MpsDaemon, String> {
+        // A daemon another test just stopped takes a moment to go (its server outlives the quit).
+        wait_while(Duration::from_secs(15), |mps| matches!(mps, Mps::Inactive { daemon_elsewhere: true, .. }));
         match system::mps() {
             Mps::Active { pipe_directory } => {
                 eprintln!("MPS: using the running daemon ({})", pipe_directory.display());
@@ -100,8 +102,26 @@ impl Drop for MpsDaemon {
             Ok(status) if status.success() => eprintln!("MPS: stopped the daemon this test started"),
             other => eprintln!("MPS: stopping the daemon failed ({other:?}); its log: {}", self.log()),
         }
-        // The daemon leaves its server's pipes until it has gone.
-        std::thread::sleep(Duration::from_millis(200));
+        // The quit returns before the daemon and its server have exited; the next test (or process) to
+        // start one would find this one still running.
+        let runs = |mps: &Mps| matches!(mps, Mps::Inactive { daemon_elsewhere: true, .. } | Mps::Active { .. });
+        if !wait_while(Duration::from_secs(15), runs) {
+            eprintln!("MPS: the daemon this test stopped still runs after 15 s; its log: {}", self.log());
+        }
+    }
+}
+
+/// Waits up to `limit` while MPS is in a state `still` holds for; whether it left it.
+fn wait_while(limit: Duration, still: impl Fn(&Mps) -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if !still(&system::mps()) {
+            return true;
+        }
+        if started.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
