@@ -26,7 +26,7 @@ impl MpsDaemon {
     /// Starts the daemon, or finds the one serving this process; `Err` says why MPS cannot run here.
     pub fn start() -> Result<MpsDaemon, String> {
         // A daemon another test just stopped takes a moment to go (its server outlives the quit).
-        wait_while(Duration::from_secs(15), |mps| matches!(mps, Mps::Inactive { daemon_elsewhere: true, .. }));
+        wait_while(Duration::from_secs(15), || matches!(system::mps(), Mps::Inactive { daemon_elsewhere: true, .. }));
         match system::mps() {
             Mps::Active { pipe_directory } => {
                 eprintln!("MPS: using the running daemon ({})", pipe_directory.display());
@@ -55,12 +55,8 @@ impl MpsDaemon {
             return Err(format!("`{CONTROL} -d` failed ({status}); its log: {}", read_log(&log)));
         }
         let daemon = MpsDaemon { pipe, log: Some(log), owned: Some(owned) };
-        let started = Instant::now();
-        while !matches!(daemon.state(), Mps::Active { .. }) {
-            if started.elapsed() > Duration::from_secs(10) {
-                return Err(format!("the MPS daemon did not come up in 10 s; its log: {}", daemon.log()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if !wait_while(Duration::from_secs(10), || !matches!(daemon.state(), Mps::Active { .. })) {
+            return Err(format!("the MPS daemon did not come up in 10 s; its log: {}", daemon.log()));
         }
         eprintln!("MPS: started a control daemon for this test ({})", daemon.pipe.display());
         Ok(daemon)
@@ -104,24 +100,24 @@ impl Drop for MpsDaemon {
         }
         // The quit returns before the daemon and its server have exited; the next test (or process) to
         // start one would find this one still running.
-        let runs = |mps: &Mps| matches!(mps, Mps::Inactive { daemon_elsewhere: true, .. } | Mps::Active { .. });
+        let runs = || matches!(system::mps(), Mps::Inactive { daemon_elsewhere: true, .. } | Mps::Active { .. });
         if !wait_while(Duration::from_secs(15), runs) {
             eprintln!("MPS: the daemon this test stopped still runs after 15 s; its log: {}", self.log());
         }
     }
 }
 
-/// Waits up to `limit` while MPS is in a state `still` holds for; whether it left it.
-fn wait_while(limit: Duration, still: impl Fn(&Mps) -> bool) -> bool {
+/// Waits up to `limit` while `still` holds (polled every 50 ms); whether it stopped holding.
+fn wait_while(limit: Duration, still: impl Fn() -> bool) -> bool {
     let started = Instant::now();
     loop {
-        if !still(&system::mps()) {
+        if !still() {
             return true;
         }
         if started.elapsed() > limit {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

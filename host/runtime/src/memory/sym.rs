@@ -367,7 +367,7 @@ impl<T: DeviceCopy> fmt::Debug for SymBuffer<T> {
 
 /// `ferrocomm_device::half::bf16` → `bf16`, `[core::primitive::u32; 4]` → `[u32; 4]`: type names without
 /// their paths.
-pub(crate) fn short_type_name(full: &str) -> String {
+fn short_type_name(full: &str) -> String {
     let mut out = String::with_capacity(full.len());
     let mut word = String::new();
     let mut chars = full.chars().peekable();
