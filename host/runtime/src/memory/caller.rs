@@ -119,7 +119,5 @@ unsafe fn queue_copy(
     let route = crate::stream::route(team)?;
     let stream = route.streams.as_ref().map(|s| &s[slot]);
     // SAFETY: the caller's contract.
-    crate::stream::enqueue(team, &route, |recorded| {
-        unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) }.map_err(crate::exec::Partial::from)
-    })
+    crate::stream::enqueue(team, &route, |recorded| unsafe { team.exec.copy(slot, dst, src, bytes, stream, recorded) })
 }

@@ -152,10 +152,10 @@ impl Team {
 /// Queues one piece of work — a launch, or a copy (`memory::caller`) — with `queue` where `route` says, under
 /// the team's launch lock: counted in flight while it runs, or among the capture's launches when a capture
 /// records it (`queue` is told which). Returns its guard.
-pub(crate) fn enqueue<'a>(
+pub(crate) fn enqueue<'a, E: Into<Partial>>(
     team: &'a TeamShared,
     route: &Route,
-    queue: impl FnOnce(bool) -> Result<(), Partial>,
+    queue: impl FnOnce(bool) -> Result<(), E>,
 ) -> Result<LaunchGuard<'a>, Error> {
     let _queue = team.launch_lock.lock().unwrap_or_else(PoisonError::into_inner);
     let recorded = route.recorded();
@@ -172,8 +172,8 @@ pub(crate) fn enqueue<'a>(
         // The watchdog counts from the enqueue: a first launch JIT-compiles the module on every rank
         // (seconds for a large module on a cold cache), which no kernel waits through.
         Ok(()) => Ok(LaunchGuard::pending(team, Instant::now(), 1)),
-        Err(partial) => {
-            let e = team.after_partial(partial, recorded);
+        Err(failed) => {
+            let e = team.after_partial(failed.into(), recorded);
             if !recorded {
                 team.in_flight.fetch_sub(1, Ordering::AcqRel);
             }
