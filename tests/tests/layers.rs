@@ -1,5 +1,6 @@
-//! The runtime's modules form layers: `tools/import-graph` finds no import cycle among the top-level modules
-//! of `host/runtime` (docs/architecture.md names the layers). The tool itself is checked on a crate made to
+//! The runtime's and the device library's modules form layers: `tools/import-graph` finds no import cycle
+//! among the top-level modules of `host/runtime` or of `kernels-rs/device` (docs/architecture.md names the
+//! layers and the seams). The tool itself is checked on a crate made to
 //! have a cycle, so a pass here is not a tool that finds none.
 
 use std::path::Path;
@@ -27,6 +28,17 @@ fn the_runtime_has_no_import_cycle() {
         out.status.success(),
         "host/runtime's top-level modules import each other in a cycle (a core module imports a backend or \
          the API above it?):\n{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_device_library_has_no_import_cycle() {
+    let out = import_graph(&workspace_root().join("kernels-rs/device"), &["--acyclic"]);
+    assert!(
+        out.status.success(),
+        "kernels-rs/device's top-level modules import each other in a cycle (it reaches the emulator only \
+         through `ferrocomm_emu::lower`, which imports nothing of it):\n{}",
         text(&out)
     );
 }
@@ -63,4 +75,21 @@ fn comments_and_strings_are_no_imports() {
     assert!(out.status.success(), "without --acyclic a cycle is reported, not an error:\n{said}");
     assert!(said.lines().any(|l| l == "c -> (nothing)"), "{said}");
     assert!(said.lines().any(|l| l == "a -> b, c"), "{said}");
+}
+
+#[test]
+fn super_paths_that_climb_to_the_root_are_imports() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("b")).unwrap();
+    std::fs::write(src.join("lib.rs"), "mod a;\nmod b;\n").unwrap();
+    // `super::` in a top-level module's file is the root; in `b/inner.rs` it is `b`, two of them the root.
+    std::fs::write(src.join("a.rs"), "use super::b::Thing;\npub struct Other;\n").unwrap();
+    std::fs::write(src.join("b/mod.rs"), "mod inner;\npub struct Thing;\n").unwrap();
+    std::fs::write(src.join("b/inner.rs"), "use super::Thing;\nfn f() -> super::super::a::Other { todo!() }\n")
+        .unwrap();
+    let out = import_graph(dir.path(), &["--acyclic"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("a -> b: a.rs") && said.contains("b -> a: b/inner.rs"), "{said}");
 }

@@ -31,8 +31,8 @@ macro_rules! load {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                let op = crate::emu::check::AtomicOp::Load(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().load(Ordering::$ord))
+                let op = crate::lower::check::AtomicOp::Load(Ordering::$ord);
+                crate::lower::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().load(Ordering::$ord))
             }
         }
     };
@@ -53,7 +53,7 @@ macro_rules! store {
                 use core::sync::atomic::Ordering;
                 // A relaxed store may wait in the thread's store buffer (`emu::weak`).
                 let (addr, width) = (self.0.get() as usize, core::mem::size_of::<$int>());
-                crate::emu::check::atomic_store(addr, width, u64::from(v), Ordering::$ord, Self::SCOPE, || {
+                crate::lower::check::atomic_store(addr, width, u64::from(v), Ordering::$ord, Self::SCOPE, || {
                     self.host().store(v, Ordering::$ord)
                 });
             }
@@ -79,8 +79,8 @@ macro_rules! rmw {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
-                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().$host(v, Ordering::$ord))
+                let op = crate::lower::check::AtomicOp::Rmw(Ordering::$ord);
+                crate::lower::check::atomic(self.0.get() as usize, op, Self::SCOPE, || self.host().$host(v, Ordering::$ord))
             }
         }
     };
@@ -106,9 +106,9 @@ macro_rules! red {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                let op = crate::emu::check::AtomicOp::Rmw(Ordering::$ord);
+                let op = crate::lower::check::AtomicOp::Rmw(Ordering::$ord);
                 let scope = Self::SCOPE;
-                crate::emu::check::atomic(self.0.get() as usize, op, scope, || self.host().fetch_add(v, Ordering::$ord));
+                crate::lower::check::atomic(self.0.get() as usize, op, scope, || self.host().fetch_add(v, Ordering::$ord));
             }
         }
     };
@@ -133,12 +133,12 @@ macro_rules! cas {
             #[cfg(not(target_arch = "nvptx64"))]
             {
                 use core::sync::atomic::Ordering;
-                let op = crate::emu::check::AtomicOp::Cas {
+                let op = crate::lower::check::AtomicOp::Cas {
                     success: Ordering::$ord,
                     failure: Ordering::$fail,
                     current: u64::from(current),
                 };
-                crate::emu::check::atomic(self.0.get() as usize, op, Self::SCOPE, || {
+                crate::lower::check::atomic(self.0.get() as usize, op, Self::SCOPE, || {
                     match self.host().compare_exchange(current, new, Ordering::$ord, Ordering::$fail) {
                         Ok(v) | Err(v) => v,
                     }
@@ -154,10 +154,10 @@ macro_rules! atomic_common {
         #[cfg(not(target_arch = "nvptx64"))]
         impl $name {
             /// The scope of the type's operations, from its name.
-            const SCOPE: crate::emu::check::Scope = if stringify!($name).as_bytes()[0] == b'G' {
-                crate::emu::check::Scope::Gpu
+            const SCOPE: crate::lower::check::Scope = if stringify!($name).as_bytes()[0] == b'G' {
+                crate::lower::check::Scope::Gpu
             } else {
-                crate::emu::check::Scope::Sys
+                crate::lower::check::Scope::Sys
             };
         }
 

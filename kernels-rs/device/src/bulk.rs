@@ -47,7 +47,7 @@ use core::arch::asm;
 use crate::fence::fence_proxy_async_global;
 use crate::mem::{GlobalPtr, copy_small};
 use crate::put::{PutSource, put};
-pub use crate::shared::dynamic_shared_window;
+pub use crate::shared::{SharedAddr, dynamic_shared_window};
 use crate::signal::{Signal, SignalOp};
 use crate::sym::{DeviceCopy, PeerSlice, PeerSliceMut};
 use crate::sync::sync_threads;
@@ -59,39 +59,6 @@ pub const HAS_TMA: bool = cfg!(any(
     not(target_arch = "nvptx64"),
     all(target_arch = "nvptx64", target_feature = "sm_90", target_feature = "ptx80")
 ));
-
-/// An address in the block's shared memory as TMA instructions take it: the `.shared::cta` window offset
-/// on the GPU, the host pointer in the emulator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedAddr(usize);
-
-impl SharedAddr {
-    /// The address `bytes` further.
-    #[inline(always)]
-    pub fn byte_add(self, bytes: usize) -> SharedAddr {
-        SharedAddr(self.0 + bytes)
-    }
-
-    /// The address as an integer (the window offset on the GPU).
-    #[inline(always)]
-    pub fn addr(self) -> usize {
-        self.0
-    }
-
-    /// The 32-bit operand the instructions take.
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90", target_feature = "ptx80"))]
-    #[inline(always)]
-    fn window(self) -> u32 {
-        self.0 as u32
-    }
-
-    /// `addr` in the block's shared window (on the GPU the `.shared::cta` offset, as
-    /// [`dynamic_shared_window`] gives it; in the emulator a pointer into the block's shared memory).
-    #[inline(always)]
-    pub fn from_window(addr: usize) -> SharedAddr {
-        SharedAddr(addr)
-    }
-}
 
 /// One TMA instruction: the literal `asm!` on the GPU with TMA, the emulator's model on the host. In a
 /// build without TMA it cannot run: [`BulkCopier`] calls it only where [`HAS_TMA`] holds, and a kernel that
@@ -123,7 +90,7 @@ pub unsafe fn mbarrier_init(bar: SharedAddr, count: u32) {
                 options(nostack))
         };
     } host: {
-        crate::emu::bulk::mbarrier_init(bar.0, count);
+        crate::lower::mbarrier_init(bar.addr(), count);
     });
 }
 
@@ -142,7 +109,7 @@ pub unsafe fn mbarrier_arrive_expect_tx(bar: SharedAddr, bytes: u32) {
                 n = in(reg32) bytes, options(nostack))
         };
     } host: {
-        crate::emu::bulk::mbarrier_arrive_expect_tx(bar.0, bytes);
+        crate::lower::mbarrier_arrive_expect_tx(bar.addr(), bytes);
     });
 }
 
@@ -166,7 +133,7 @@ pub unsafe fn mbarrier_try_wait_parity(bar: SharedAddr, parity: u32) -> bool {
             )
         };
     } host: {
-        done = u32::from(crate::emu::bulk::mbarrier_try_wait_parity(bar.0, parity));
+        done = u32::from(crate::lower::mbarrier_try_wait_parity(bar.addr(), parity));
     });
     done != 0
 }
@@ -193,7 +160,7 @@ pub unsafe fn bulk_load(dst: SharedAddr, src: GlobalPtr, bytes: u32, bar: Shared
             )
         };
     } host: {
-        crate::emu::bulk::bulk_load(dst.0, src.addr(), bytes, bar.0, core::panic::Location::caller());
+        crate::lower::bulk_load(dst.addr(), src.addr(), bytes, bar.addr(), core::panic::Location::caller());
     });
 }
 
@@ -216,7 +183,7 @@ pub unsafe fn bulk_store(dst: GlobalPtr, src: SharedAddr, bytes: u32) {
                 s = in(reg32) src.window(), n = in(reg32) bytes, options(nostack))
         };
     } host: {
-        crate::emu::bulk::bulk_store(dst.addr(), src.0, bytes, core::panic::Location::caller());
+        crate::lower::bulk_store(dst.addr(), src.addr(), bytes, core::panic::Location::caller());
     });
 }
 
@@ -228,7 +195,7 @@ pub fn bulk_commit() {
         // SAFETY: closes the thread's bulk group; touches no memory itself.
         unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
     } host: {
-        crate::emu::bulk::bulk_commit();
+        crate::lower::bulk_commit();
     });
 }
 
@@ -240,7 +207,7 @@ pub fn bulk_wait_read<const N: u32>() {
         // SAFETY: a wait; memory is clobbered, so later writes of the sources stay after it.
         unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
     } host: {
-        crate::emu::bulk::bulk_wait(N as usize, false);
+        crate::lower::bulk_wait(N as usize, false);
     });
 }
 
@@ -252,7 +219,7 @@ pub fn bulk_wait<const N: u32>() {
         // SAFETY: a wait; memory is clobbered, so later accesses stay after it.
         unsafe { asm!("cp.async.bulk.wait_group {n};", n = const N, options(nostack)) };
     } host: {
-        crate::emu::bulk::bulk_wait(N as usize, true);
+        crate::lower::bulk_wait(N as usize, true);
     });
 }
 

@@ -20,7 +20,7 @@ pub fn launch_ctx() -> LaunchCtx {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::thread::current().launch.ctx
+        crate::lower::launch_ctx()
     }
 }
 

@@ -12,6 +12,7 @@
 
 use crate::abi::{
     Cmp, ERROR_CAPACITY, ERROR_FILE_BYTES, ERROR_KIND_SLOTS, ERROR_MESSAGE_BYTES, ErrorBuffer, ErrorKind, ErrorRecord,
+    file_tail, message_head,
 };
 #[cfg(target_arch = "nvptx64")]
 use crate::atomic::GpuAtomicU64;
@@ -31,32 +32,6 @@ struct Details<'a> {
     column: u32,
     message: &'a str,
     origin: u32,
-}
-
-/// The head of `message` that fits a record, ending on a character boundary.
-pub(crate) fn message_head(message: &str) -> &[u8] {
-    let bytes = message.as_bytes();
-    if bytes.len() <= ERROR_MESSAGE_BYTES {
-        return bytes;
-    }
-    let mut end = ERROR_MESSAGE_BYTES;
-    while end > 0 && !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    &bytes[..end]
-}
-
-/// The tail of `file` that fits a record, starting on a character boundary.
-pub(crate) fn file_tail(file: &str) -> &[u8] {
-    let bytes = file.as_bytes();
-    if bytes.len() <= ERROR_FILE_BYTES {
-        return bytes;
-    }
-    let mut start = bytes.len() - ERROR_FILE_BYTES;
-    while start < bytes.len() && !file.is_char_boundary(start) {
-        start += 1;
-    }
-    &bytes[start..]
 }
 
 /// Claims a slot of this rank's error buffer and writes one record into it. Errors beyond the capacity are
@@ -147,9 +122,11 @@ pub(crate) fn record_timeout(
 }
 
 /// Records a panic at `file:line:column` with `message`, then raises the team's abort word on every rank,
-/// so every wait of the launch ends instead of timing out. The caller ends the thread.
+/// so every wait of the launch ends instead of timing out. The caller ends the thread. (In the emulator, the
+/// thread unwinds and the emulator writes the same record: `ferrocomm_emu::lower` is the one way into it.)
+#[cfg(target_arch = "nvptx64")]
 #[cold]
-pub(crate) fn record_panic(file: &str, line: u32, column: u32, message: &str) {
+fn record_panic(file: &str, line: u32, column: u32, message: &str) {
     record(Details {
         kind: ErrorKind::Panic,
         signal: 0,
@@ -166,6 +143,7 @@ pub(crate) fn record_panic(file: &str, line: u32, column: u32, message: &str) {
 }
 
 /// Stores this rank + 1 into every rank's abort word (nothing when the team has none).
+#[cfg(target_arch = "nvptx64")]
 #[cold]
 #[inline(never)]
 fn raise_abort() {
@@ -279,7 +257,7 @@ pub fn exit_thread() -> ! {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::exit_thread()
+        crate::lower::exit_thread()
     }
 }
 
@@ -306,31 +284,4 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
         None => record_panic("", 0, 0, message),
     }
     exit_thread()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{file_tail, message_head};
-    use crate::abi::{ERROR_FILE_BYTES, ERROR_MESSAGE_BYTES};
-
-    #[test]
-    fn long_messages_keep_their_head_on_a_char_boundary() {
-        assert_eq!(message_head("planted"), b"planted");
-        let long = format!("{}é and more", "a".repeat(ERROR_MESSAGE_BYTES - 1));
-        let head = std::str::from_utf8(message_head(&long)).unwrap();
-        // "é" straddles the end of the field: the head stops before it.
-        assert_eq!(head, "a".repeat(ERROR_MESSAGE_BYTES - 1));
-    }
-
-    #[test]
-    fn long_file_names_keep_their_tail_on_a_char_boundary() {
-        assert_eq!(file_tail("src/lib.rs"), b"src/lib.rs");
-        let long = format!("{}é/kernel.rs", "a".repeat(ERROR_FILE_BYTES));
-        let tail = std::str::from_utf8(file_tail(&long)).unwrap();
-        assert!(tail.ends_with("/kernel.rs") && tail.len() <= ERROR_FILE_BYTES, "{tail}");
-        // "é" is two bytes: a cut inside it moves forward to the next character.
-        let cut = format!("{}é{}", "a".repeat(10), "b".repeat(ERROR_FILE_BYTES - 1));
-        let tail = std::str::from_utf8(file_tail(&cut)).unwrap();
-        assert_eq!(tail, "b".repeat(ERROR_FILE_BYTES - 1));
-    }
 }

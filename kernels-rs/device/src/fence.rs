@@ -20,7 +20,7 @@ macro_rules! fence_fn {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                crate::emu::check::fence(crate::emu::check::Scope::$scope);
+                crate::lower::check::fence(crate::lower::check::Scope::$scope);
                 core::sync::atomic::fence(core::sync::atomic::Ordering::$ord);
             }
         }
@@ -63,7 +63,7 @@ pub fn fence_proxy_async() {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::bulk::proxy_fence(true, true);
+        crate::lower::proxy_fence(true, true);
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
     }
 }
@@ -86,7 +86,7 @@ macro_rules! proxy_fence_fn {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                crate::emu::bulk::proxy_fence($global, $shared);
+                crate::lower::proxy_fence($global, $shared);
                 core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
             }
         }

@@ -22,7 +22,7 @@ macro_rules! special_register {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                let $t = crate::emu::thread::current();
+                let $t = crate::lower::registers();
                 $host
             }
         }
@@ -79,12 +79,12 @@ special_register!(
 );
 special_register!(
     /// `%laneid`: the thread's lane in its warp, `0..32`.
-    lane_id, "mov.u32 {r}, %laneid;", |t| t.lane()
+    lane_id, "mov.u32 {r}, %laneid;", |t| t.lane
 );
 special_register!(
     /// `%smid`: the SM the thread runs on (for diagnostics and spreading work; it may change between reads
     /// only under preemption). The emulator reports the linear block index.
-    smid, "mov.u32 {r}, %smid;", |t| t.linear_block
+    smid, "mov.u32 {r}, %smid;", |t| t.smid
 );
 
 /// An (x, y, z) triple of indices or sizes.

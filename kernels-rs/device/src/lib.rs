@@ -55,7 +55,7 @@
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
 #![warn(missing_docs)]
 
-pub mod abi;
+pub use ferrocomm_abi as abi;
 pub mod atomic;
 pub mod bulk;
 pub mod ctx;
@@ -82,8 +82,12 @@ pub mod trace;
 pub mod vector;
 pub mod warp;
 
+/// The CPU emulator the intrinsics run on in host builds (the `ferrocomm-emu` crate).
 #[cfg(not(target_arch = "nvptx64"))]
-pub mod emu;
+pub use ferrocomm_emu as emu;
+/// The emulator's lowering: the one module of it the intrinsics call.
+#[cfg(not(target_arch = "nvptx64"))]
+use ferrocomm_emu::lower;
 
 pub use ctx::team;
 pub use ferrocomm_macros::kernel;
@@ -95,7 +99,6 @@ pub use sym::{DeviceCopy, PeerSlice, PeerSliceMut, SymSlice, SymSliceMut};
 
 /// Everything a kernel body usually needs: `use ferrocomm_device::prelude::*;`.
 pub mod prelude {
-    pub use crate::abi::LlPacket;
     pub use crate::atomic::{GpuAtomicU32, GpuAtomicU64, SysAtomicU32, SysAtomicU64};
     pub use crate::bulk::BulkCopier;
     pub use crate::ctx::team;
@@ -107,6 +110,7 @@ pub mod prelude {
         Dim3, block_dim, block_idx, block_rank, block_size, global_thread_idx, global_threads, grid_dim, grid_size,
         lane_id, smid, thread_idx, thread_rank, warp_id, warp_lanes, warp_mask, warps_per_block,
     };
+    pub use crate::ll::LlPacket;
     pub use crate::ll::{ll_flag, ll_packets, put_ll, read_ll};
     // 0.1's group-suffixed calls, deprecated for one release (CHANGELOG.md).
     #[allow(deprecated)]

@@ -11,7 +11,6 @@
 //! atomicity the protocol relies on.
 
 use crate::abi::Cmp;
-pub use crate::abi::LlPacket;
 use crate::group::Group;
 use crate::mem::{GlobalPtr, unit_for};
 use crate::signal::poll_until;
@@ -39,6 +38,24 @@ pub fn ll_flag(epoch: u64) -> u32 {
 pub fn ll_next_flag(flag: u32) -> u32 {
     if flag == u32::MAX { 1 } else { flag + 1 }
 }
+
+/// A low-latency packet: 8 bytes of data and two copies of a 4-byte flag, written by one 16-byte store, so
+/// a reader that sees the current flag in both halves has the data without any fence (NCCL's LL protocol).
+#[repr(C, align(16))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LlPacket {
+    /// Data bytes 0..4.
+    pub data_lo: u32,
+    /// The flag guarding `data_lo`.
+    pub flag_lo: u32,
+    /// Data bytes 4..8.
+    pub data_hi: u32,
+    /// The flag guarding `data_hi`.
+    pub flag_hi: u32,
+}
+
+// SAFETY: four `u32`s, no padding.
+unsafe impl DeviceCopy for LlPacket {}
 
 impl LlPacket {
     /// A packet carrying `data` under `flag`.

@@ -38,7 +38,7 @@ macro_rules! weak_load {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                match crate::emu::weak::weak_load(self.0 as usize, core::mem::size_of::<$int>()) {
+                match crate::lower::weak_load(self.0 as usize, core::mem::size_of::<$int>()) {
                     Some(v) => v as $int,
                     // SAFETY: the caller guarantees a valid, aligned address.
                     None => unsafe { <$atomic>::from_ptr(self.0.cast()) }.load(Relaxed),
@@ -66,7 +66,7 @@ macro_rules! weak_store {
             }
             #[cfg(not(target_arch = "nvptx64"))]
             {
-                if !crate::emu::weak::weak_store(self.0 as usize, core::mem::size_of::<$int>(), u64::from(v)) {
+                if !crate::lower::weak_store(self.0 as usize, core::mem::size_of::<$int>(), u64::from(v)) {
                     // SAFETY: the caller guarantees a valid, aligned address.
                     unsafe { <$atomic>::from_ptr(self.0.cast()) }.store(v, Relaxed)
                 }
@@ -262,7 +262,7 @@ impl GlobalPtr {
             let halves = [u64::from(v[0]) | u64::from(v[1]) << 32, u64::from(v[2]) | u64::from(v[3]) << 32];
             for (k, half) in halves.into_iter().enumerate() {
                 let p = self.byte_add(8 * k);
-                if !crate::emu::weak::packet_store(p.addr(), half) {
+                if !crate::lower::packet_store(p.addr(), half) {
                     // SAFETY: the caller guarantees a valid, 16-byte aligned address.
                     unsafe { AtomicU64::from_ptr(p.0.cast()) }.store(half, Relaxed)
                 }

@@ -94,8 +94,8 @@ pub fn mma_m16n8k16_bf16(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4] {
 
 #[cfg(not(target_arch = "nvptx64"))]
 mod host {
-    use crate::emu::warp_exchange;
     use crate::half::bf16;
+    use crate::lower::warp_exchange;
 
     /// The whole warp: `mma.sync` has no member mask.
     const WARP: u32 = u32::MAX;

@@ -197,9 +197,9 @@ fn put_share<T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: impl PutSou
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        use crate::emu::check::Access;
+        use crate::lower::check::Access;
         let accesses = [(src.addr(), Access::Read), (dst.as_ptr() as usize, Access::Write)];
-        crate::emu::check::copy(&accesses, bytes, (lane, lanes), core::panic::Location::caller());
+        crate::lower::check::copy(&accesses, bytes, (lane, lanes), core::panic::Location::caller());
     }
     // SAFETY: `src` addresses `len` live elements (a slice or a view of a live symmetric copy) and `dst` a
     // live peer view at least as long, both in global memory (the module's contract). They do not overlap:
@@ -218,8 +218,8 @@ pub fn get<T: DeviceCopy>(group: Group, dst: &mut [T], src: PeerSlice<T>) {
     if bytes != 0 {
         #[cfg(not(target_arch = "nvptx64"))]
         {
-            let (read, loc) = (crate::emu::check::Access::Read, core::panic::Location::caller());
-            crate::emu::check::copy(&[(src.as_ptr() as usize, read)], bytes, (lane, lanes), loc);
+            let (read, loc) = (crate::lower::check::Access::Read, core::panic::Location::caller());
+            crate::lower::check::copy(&[(src.as_ptr() as usize, read)], bytes, (lane, lanes), loc);
         }
         // SAFETY: as in `put_share`, with the roles swapped.
         unsafe {
@@ -298,7 +298,7 @@ pub fn put_nbi<'src, T: DeviceCopy>(group: Group, dst: PeerSliceMut<T>, src: &'s
             let (s, d, loc) = (src.as_ptr() as usize, dst.as_ptr() as usize, core::panic::Location::caller());
             // SAFETY: the source is memory of the launch or of this thread's stack, which outlives every
             // check of this thread (they run at its fences and as it ends).
-            unsafe { crate::emu::check::put_started(s, d, bytes, loc) };
+            unsafe { crate::lower::check::put_started(s, d, bytes, loc) };
         }
     }
     PutToken { group, _src: PhantomData }

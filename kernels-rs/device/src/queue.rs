@@ -200,7 +200,7 @@ impl<T: DeviceCopy> Producer<T> {
         unsafe { write_slot(self.slots.add(slot * SLOT_BYTES).cast::<T>(), d) };
         // The emulator's checker keeps what this thread knows for the proxy that will serve the slot.
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::emu::check::queued(self.slots as usize + slot * SLOT_BYTES);
+        crate::lower::check::queued(self.slots as usize + slot * SLOT_BYTES);
         self.next += 1;
         self.head.store_release(self.next);
     }
@@ -230,7 +230,7 @@ unsafe fn write_slot<T: DeviceCopy>(p: *mut T, v: T) {
     {
         use crate::mem::{GlobalPtr, copy_small};
         let (bytes, loc) = (size_of::<T>(), core::panic::Location::caller());
-        crate::emu::check::weak_write(p as usize, bytes, loc);
+        crate::lower::check::weak_write(p as usize, bytes, loc);
         // SAFETY: the caller guarantees a valid, aligned slot; `v` is a whole `T` with no padding
         // (`DeviceCopy`).
         unsafe { copy_small(GlobalPtr::from_generic(p), GlobalPtr::from_generic(&v), bytes) }

@@ -115,7 +115,7 @@ pub fn dynamic_shared<T: Copy>() -> SharedSlice<T> {
         (p, n as usize)
     };
     #[cfg(not(target_arch = "nvptx64"))]
-    let (ptr, bytes) = crate::emu::dynamic_shared();
+    let (ptr, bytes) = crate::lower::dynamic_shared();
     let len = match core::mem::size_of::<T>() {
         0 => 0,
         size => bytes / size,
@@ -124,10 +124,43 @@ pub fn dynamic_shared<T: Copy>() -> SharedSlice<T> {
     unsafe { SharedSlice::from_raw(ptr.cast(), len) }
 }
 
+/// An address in the block's shared memory as TMA instructions take it: the `.shared::cta` window offset
+/// on the GPU, the host pointer in the emulator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedAddr(usize);
+
+impl SharedAddr {
+    /// The address `bytes` further.
+    #[inline(always)]
+    pub fn byte_add(self, bytes: usize) -> SharedAddr {
+        SharedAddr(self.0 + bytes)
+    }
+
+    /// The address as an integer (the window offset on the GPU).
+    #[inline(always)]
+    pub fn addr(self) -> usize {
+        self.0
+    }
+
+    /// The 32-bit operand the instructions take.
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90", target_feature = "ptx80"))]
+    #[inline(always)]
+    pub(crate) fn window(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// `addr` in the block's shared window (on the GPU the `.shared::cta` offset, as
+    /// [`dynamic_shared_window`] gives it; in the emulator a pointer into the block's shared memory).
+    #[inline(always)]
+    pub fn from_window(addr: usize) -> SharedAddr {
+        SharedAddr(addr)
+    }
+}
+
 /// The block's dynamic shared memory as TMA instructions address it — its `.shared::cta` window offset
 /// (`mov.u32 %r, FERROCOMM_DYN_SHARED;`) — and its size in bytes.
 #[inline(always)]
-pub fn dynamic_shared_window() -> (crate::bulk::SharedAddr, usize) {
+pub fn dynamic_shared_window() -> (SharedAddr, usize) {
     #[cfg(target_arch = "nvptx64")]
     let (addr, bytes) = {
         let (a, n): (u32, u32);
@@ -140,10 +173,10 @@ pub fn dynamic_shared_window() -> (crate::bulk::SharedAddr, usize) {
     };
     #[cfg(not(target_arch = "nvptx64"))]
     let (addr, bytes) = {
-        let (p, n) = crate::emu::dynamic_shared();
+        let (p, n) = crate::lower::dynamic_shared();
         (p as usize, n)
     };
-    (crate::bulk::SharedAddr::from_window(addr), bytes)
+    (SharedAddr::from_window(addr), bytes)
 }
 
 /// Declares a static shared array of the block and evaluates to its [`SharedSlice`].
@@ -191,7 +224,7 @@ macro_rules! shared_array {
             p
         };
         #[cfg(not(target_arch = "nvptx64"))]
-        let ptr: *mut $t = $crate::emu::__static_shared(
+        let ptr: *mut $t = $crate::emu::lower::__static_shared(
             ::core::stringify!($name),
             ($n) * ::core::mem::size_of::<$t>(),
             ::core::mem::align_of::<$t>(),

@@ -72,7 +72,7 @@ pub(crate) fn poll_until<R>(
 #[inline(never)]
 fn timed_out(addr: u64, expected: u64, observed: u64, cmp: Cmp, location: &Location<'_>) -> ! {
     #[cfg(not(target_arch = "nvptx64"))]
-    crate::emu::check::timed_out(addr);
+    crate::lower::check::timed_out(addr);
     error::record_timeout(addr, expected, observed, cmp, location);
     error::exit_thread()
 }
@@ -201,7 +201,7 @@ impl Signal {
     #[track_caller]
     fn poll(self, cmp: Cmp, expected: u64, spins: u32, load: impl Fn(Signal) -> u64) -> u64 {
         #[cfg(not(target_arch = "nvptx64"))]
-        let _wait = crate::emu::check::SignalWait::begin(self.ptr as u64);
+        let _wait = crate::lower::check::SignalWait::begin(self.ptr as u64);
         trace::wait_begin(self.ptr as u64, expected, cmp);
         poll_until(
             || {
@@ -341,7 +341,7 @@ impl SignalPad {
         // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
-            crate::emu::check::pad(&self.raw, None)
+            crate::lower::check::pad(&self.raw, None)
         };
         self.epoch_slot(block_rank() as usize).load_relaxed() + 1
     }
@@ -356,7 +356,7 @@ impl SignalPad {
         // SAFETY: `from_raw`'s contract: a live pad of the launch's team.
         #[cfg(not(target_arch = "nvptx64"))]
         unsafe {
-            crate::emu::check::pad(&self.raw, Some(at))
+            crate::lower::check::pad(&self.raw, Some(at))
         };
         let (block, blocks) = (block_rank() as usize, grid_size() as usize);
         // Every thread of the block has read the epoch before it changes.

@@ -5,7 +5,7 @@
 //! (puts from peers land in it). `.peer(rank)` gives a [`PeerSlice`]/[`PeerSliceMut`]: rank `rank`'s copy
 //! as this GPU addresses it (over NVLink for a peer; `.peer(team::rank())` is this rank's own).
 
-use crate::abi::{LlPacket, RawSym};
+use crate::abi::RawSym;
 use crate::ctx::team;
 use crate::half::{bf16, f16};
 #[cfg(not(target_arch = "nvptx64"))]
@@ -26,8 +26,6 @@ macro_rules! device_copy {
     )* };
 }
 device_copy!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64, bf16, f16);
-// SAFETY: four `u32`s, no padding.
-unsafe impl DeviceCopy for LlPacket {}
 // SAFETY: an array of such values has no padding either.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
@@ -87,7 +85,7 @@ impl<T: DeviceCopy> SymSlice<T> {
         // The emulator's checker: the slice reads the whole copy (no rank writes it during the launch), so
         // every put into it must be ordered before, and a later put after, this launch of its rank.
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::emu::check::input_read(
+        crate::lower::check::input_read(
             self.raw.local as usize,
             self.raw.len * core::mem::size_of::<T>(),
             core::panic::Location::caller(),
@@ -121,7 +119,7 @@ impl<T: DeviceCopy> SymSliceMut<T> {
     pub unsafe fn from_raw(raw: RawSym<T>) -> SymSliceMut<T> {
         // The emulator's checker learns which memory is this rank's own copy.
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::emu::check::own_copy(raw.local as usize, raw.len * core::mem::size_of::<T>());
+        crate::lower::check::own_copy(raw.local as usize, raw.len * core::mem::size_of::<T>());
         SymSliceMut { raw }
     }
 
@@ -163,10 +161,10 @@ impl<T: DeviceCopy> SymSliceMut<T> {
         }
         // The emulator's checker: the slice reads the whole copy for as long as it lives.
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::emu::check::access(
+        crate::lower::check::access(
             self.raw.local as usize,
             self.raw.len * core::mem::size_of::<T>(),
-            crate::emu::check::Access::Read,
+            crate::lower::check::Access::Read,
             core::panic::Location::caller(),
         );
         // SAFETY: live and `len` long (`from_raw`); unwritten meanwhile (the caller).
@@ -188,10 +186,10 @@ impl<T: DeviceCopy> SymSliceMut<T> {
         // The emulator's checker: the slice reads the whole copy for as long as it lives (the owner's own
         // writes are not puts and are not tracked).
         #[cfg(not(target_arch = "nvptx64"))]
-        crate::emu::check::access(
+        crate::lower::check::access(
             self.raw.local as usize,
             self.raw.len * core::mem::size_of::<T>(),
-            crate::emu::check::Access::Read,
+            crate::lower::check::Access::Read,
             core::panic::Location::caller(),
         );
         // SAFETY: live and `len` long (`from_raw`); exclusive meanwhile (the caller).
@@ -243,7 +241,7 @@ unsafe fn weak_read<T: DeviceCopy>(p: *const T) -> T {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let (bytes, loc) = (core::mem::size_of::<T>(), core::panic::Location::caller());
-        crate::emu::check::access(p as usize, bytes, crate::emu::check::Access::Read, loc);
+        crate::lower::check::access(p as usize, bytes, crate::lower::check::Access::Read, loc);
         let mut out = core::mem::MaybeUninit::<T>::uninit();
         // SAFETY: the caller guarantees a valid element; `out` has room for one, and every bit pattern is a
         // value (`DeviceCopy`).
@@ -274,7 +272,7 @@ unsafe fn weak_write<T: DeviceCopy>(p: *mut T, v: T) {
     #[cfg(not(target_arch = "nvptx64"))]
     {
         let (bytes, loc) = (core::mem::size_of::<T>(), core::panic::Location::caller());
-        crate::emu::check::weak_write(p as usize, bytes, loc);
+        crate::lower::check::weak_write(p as usize, bytes, loc);
         // SAFETY: the caller guarantees a valid element.
         unsafe { copy_small(GlobalPtr::from_generic(p), GlobalPtr::from_generic(&v), bytes) }
     }

@@ -19,7 +19,7 @@ pub fn sync_threads() {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::block_sync();
+        crate::lower::block_sync();
     }
     crate::trace::barrier();
 }
@@ -35,7 +35,7 @@ pub fn sync_warp(mask: u32) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::warp_sync(mask);
+        crate::lower::warp_sync(mask);
     }
 }
 

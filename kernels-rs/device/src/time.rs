@@ -15,7 +15,7 @@ pub fn globaltimer() -> u64 {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::globaltimer_ns()
+        crate::lower::globaltimer_ns()
     }
 }
 
@@ -30,7 +30,7 @@ pub fn nanosleep(ns: u32) {
     }
     #[cfg(not(target_arch = "nvptx64"))]
     {
-        crate::emu::exit_if_trapped();
+        crate::lower::exit_if_trapped();
         std::thread::sleep(std::time::Duration::from_nanos(u64::from(ns)));
     }
 }

@@ -158,7 +158,7 @@ fn ring() -> (*mut TraceRing, u64) {
     {
         let none = (core::ptr::null_mut(), 0);
         // Device-library calls outside an emulated launch (host-side unit tests of copies) trace nothing.
-        let Some(errors) = crate::emu::thread::try_current().map(|t| t.launch.ctx.errors) else {
+        let Some(errors) = crate::lower::try_launch_ctx().map(|c| c.errors) else {
             return none;
         };
         if errors.is_null() {

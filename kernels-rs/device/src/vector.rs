@@ -313,7 +313,7 @@ impl VectorsMut {
     #[track_caller]
     fn track_write(&self, p: GlobalPtr, bytes: usize) {
         if self.tracked {
-            crate::emu::check::weak_write(p.addr(), bytes, core::panic::Location::caller());
+            crate::lower::check::weak_write(p.addr(), bytes, core::panic::Location::caller());
         }
     }
 }
@@ -322,7 +322,7 @@ impl VectorsMut {
 #[cfg(not(target_arch = "nvptx64"))]
 #[track_caller]
 fn track_read(p: GlobalPtr, bytes: usize) {
-    crate::emu::check::access(p.addr(), bytes, crate::emu::check::Access::Read, core::panic::Location::caller());
+    crate::lower::check::access(p.addr(), bytes, crate::lower::check::Access::Read, core::panic::Location::caller());
 }
 
 impl<T: DeviceCopy> PeerSlice<T> {

@@ -41,7 +41,7 @@ fn shfl_source(mode: Mode, lane: u32, b: u32, c: u32) -> u32 {
 /// not taking part: undefined on the GPU).
 #[cfg(not(target_arch = "nvptx64"))]
 fn shfl_host(mode: Mode, mask: u32, v: u32, b: u32, c: u32) -> u32 {
-    let round = crate::emu::warp_exchange(mask, u64::from(v));
+    let round = crate::lower::warp_exchange(mask, u64::from(v));
     let j = shfl_source(mode, crate::index::lane_id(), b, c);
     if round.participants & (1 << j) != 0 { round.values[j as usize] as u32 } else { v }
 }
@@ -169,7 +169,7 @@ pub fn vote_ballot_sync(mask: u32, pred: bool) -> u32 {
 /// The emulator's vote: (ballot, participating lanes).
 #[cfg(not(target_arch = "nvptx64"))]
 fn ballot_host(mask: u32, pred: bool) -> (u32, u32) {
-    let round = crate::emu::warp_exchange(mask, u64::from(pred));
+    let round = crate::lower::warp_exchange(mask, u64::from(pred));
     let ballot = (0..32).filter(|&l| round.participants & (1 << l) != 0 && round.values[l] != 0);
     (ballot.fold(0, |acc, l| acc | 1 << l), round.participants)
 }

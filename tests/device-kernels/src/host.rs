@@ -5,7 +5,7 @@ use std::fmt::{self, Debug};
 use std::time::{Duration, Instant};
 
 use ferrocomm::{DeviceCopy, Error, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team};
-use ferrocomm_device::abi::LlPacket;
+use ferrocomm_device::ll::LlPacket;
 
 use crate::litmus::{self, ELAPSED_NS, MESSAGE_WORDS, RESULT_WORDS, SIGNALS_PER_PAIR, STALE, TRIALS};
 use crate::round_trip::{self, Group, MAX_GROUPS, Op, ll_buffer_packets};

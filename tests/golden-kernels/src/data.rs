@@ -4,7 +4,8 @@
 //!
 //! Every entry dereferences its pointers: launch them with valid device pointers and lengths.
 
-use ferrocomm_device::abi::{LlPacket, RawSlice, RawSym};
+use ferrocomm_device::abi::{RawSlice, RawSym};
+use ferrocomm_device::ll::LlPacket;
 use ferrocomm_device::ll::{ll_load, ll_store};
 use ferrocomm_device::mem::GlobalPtr;
 use ferrocomm_device::prelude::*;

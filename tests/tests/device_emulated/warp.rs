@@ -1,4 +1,4 @@
-//! Warp-synchronous calls with member masks: the emulator's rule (`emu/warp.rs`) judged in every arrival
+//! Warp-synchronous calls with member masks: the emulator's rule (`kernels-rs/emu/src/warp.rs`) judged in every arrival
 //! order. Each case runs with the lanes let loose together, and with one half of the warp held back so
 //! that the other half arrives (and, where it can, finishes) first: the verdict must not change.
 

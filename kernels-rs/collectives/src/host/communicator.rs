@@ -5,7 +5,7 @@ use std::fmt;
 use std::mem::size_of;
 
 use ferrocomm::{DeviceCopy, LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer, Team, TeamGraph};
-use ferrocomm_device::abi::LlPacket;
+use ferrocomm_device::ll::LlPacket;
 
 use super::{CommError, Tuning};
 use crate::element::V16;

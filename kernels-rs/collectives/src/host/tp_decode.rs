@@ -2,8 +2,9 @@
 //! the split-K GEMV (`kernels::tp_decode`).
 
 use ferrocomm::{LaunchConfig, LaunchGuard, SignalPadBuffer, SymBuffer};
-use ferrocomm_device::abi::{LlPacket, SIGNAL_PAD_EPOCH_SLOTS};
+use ferrocomm_device::abi::SIGNAL_PAD_EPOCH_SLOTS;
 use ferrocomm_device::bf16;
+use ferrocomm_device::ll::LlPacket;
 use ferrocomm_device::reduce::{sum_across_block_bytes, sum_across_warp_groups_bytes};
 
 use super::{CommError, Communicator, Op};

@@ -24,11 +24,11 @@ use std::sync::atomic::Ordering;
 
 use super::ThreadCheck;
 use super::clock::{Clock, Layout, join};
-use crate::emu::block::lock;
+use crate::block::lock;
 
 /// The scope of an atomic or a fence: the threads it orders for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Scope {
+pub enum Scope {
     /// `.cta`: the threads of one block.
     Cta,
     /// `.gpu`: the threads of one GPU (one rank).
@@ -93,7 +93,7 @@ pub(crate) fn add_pub(into: &mut Vec<Pub>, p: Pub) {
 
 /// What an atomic access does, with its ordering.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum AtomicOp {
+pub enum AtomicOp {
     Load(Ordering),
     Store(Ordering),
     /// Add, exchange: reads and writes.

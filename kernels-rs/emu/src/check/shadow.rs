@@ -20,11 +20,11 @@ use std::sync::Mutex;
 
 use super::AddrHasher;
 use super::clock::{Clock, Stamp, ThreadClock};
-use crate::emu::block::lock;
+use crate::block::lock;
 
 /// Whether an access reads or writes its range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
+pub enum Access {
     Read,
     Write,
 }

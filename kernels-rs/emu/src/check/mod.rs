@@ -63,20 +63,21 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub(crate) use atomics::{AtomicOp, Place, Scope};
+pub(crate) use atomics::Place;
+pub use atomics::{AtomicOp, Scope};
 pub(crate) use clock::{Clock, Deposit, join_deposits};
 pub(crate) use history::History;
 use report::Finding;
-pub(crate) use report::Geometry;
-pub(crate) use shadow::Access;
+pub(crate) use report::{Geometry, record_panic};
+pub use shadow::Access;
 
 use super::block::lock;
 use super::thread::{self, ThreadState};
 use super::weak;
-use crate::abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck, ThreadRef};
 use atomics::{Pub, SyncVar};
 use clock::{Layout, Stamp, ThreadClock, join_into};
 use epochs::PadLogs;
+use ferrocomm_abi::{ErrorBuffer, ErrorKind, RawSym, SourceCheck, ThreadRef};
 use shadow::Conflict;
 use source::{Overwrite, PendingPut};
 
@@ -349,7 +350,7 @@ impl Checker {
         // SAFETY: the pads are kernel arguments, live until the host sees the launch end; no kernel runs.
         let findings = unsafe { lock(&self.pads).findings(&self.geometry, self.world, &failed) };
         for f in findings {
-            let scope = if f.cmp == crate::abi::MismatchScope::Ranks as u32 { "rank" } else { "block" };
+            let scope = if f.cmp == ferrocomm_abi::MismatchScope::Ranks as u32 { "rank" } else { "block" };
             let detail = format!(
                 "this {scope} advanced the signal pad at {:#x} {} time(s), the others {}",
                 f.signal, f.observed, f.expected
@@ -390,7 +391,7 @@ fn acquires(o: Ordering) -> bool {
 /// buffered value to a load, and a veil may show a load an older value (see `emu::veil`); then the checker
 /// follows it.
 #[inline]
-pub(crate) fn atomic<T>(addr: usize, op: AtomicOp, scope: Scope, f: impl FnOnce() -> T) -> T
+pub fn atomic<T>(addr: usize, op: AtomicOp, scope: Scope, f: impl FnOnce() -> T) -> T
 where
     T: Copy + Into<u64> + TryFrom<u64>,
 {
@@ -448,7 +449,7 @@ where
 /// goes to memory now: a relaxed one waits in the thread's store buffer (see `emu::weak`) when buffering is
 /// on.
 #[inline]
-pub(crate) fn atomic_store(addr: usize, width: usize, value: u64, o: Ordering, scope: Scope, f: impl FnOnce()) {
+pub fn atomic_store(addr: usize, width: usize, value: u64, o: Ordering, scope: Scope, f: impl FnOnce()) {
     if o == Ordering::Relaxed {
         let buffered = thread::with_current(|t| {
             t.pauses.at_point();
@@ -491,7 +492,7 @@ pub(crate) fn drained_store(t: &ThreadState, addr: usize, scope: Scope, f: impl 
 
 /// An acquire-release fence of scope `scope`: the thread's buffered stores become visible to the scope
 /// first; a system-scope one also completes this thread's non-blocking puts.
-pub(crate) fn fence(scope: Scope) {
+pub fn fence(scope: Scope) {
     if let Some(t) = thread::try_current() {
         weak::fence(&t, scope);
     }
@@ -518,7 +519,7 @@ pub(crate) fn fence(scope: Scope) {
 }
 
 /// A tracked access by this thread alone of `bytes` bytes at `addr`, from `loc`.
-pub(crate) fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Location<'static>) {
+pub fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Location<'static>) {
     if kind == Access::Read {
         // A weak read (its stores go to the thread's own variable) or a slice read with plain loads: the
         // thread's own buffered stores to these bytes reach memory, and none that follow are buffered.
@@ -533,7 +534,7 @@ pub(crate) fn access(addr: usize, bytes: usize, kind: Access, loc: &'static Loca
 /// into it must be ordered after the block's read); the block's other threads check 16 bytes at their own
 /// position, as a cooperative copy's lanes do, so thousands of threads taking the slice cost little more
 /// than one.
-pub(crate) fn input_read(addr: usize, bytes: usize, loc: &'static Location<'static>) {
+pub fn input_read(addr: usize, bytes: usize, loc: &'static Location<'static>) {
     let Some(t) = thread::try_current() else { return };
     let lane = (t.linear_tid as usize, t.block_dim.iter().product::<u32>() as usize);
     drop(t);
@@ -547,7 +548,7 @@ pub(crate) fn input_read(addr: usize, bytes: usize, loc: &'static Location<'stat
 /// records the whole ranges; each other lane checks the 16 bytes at its own position in them, so the group
 /// samples the ranges evenly: a thread that copies without being ordered after a put into them is found
 /// at the cost of one check.
-pub(crate) fn copy(
+pub fn copy(
     accesses: &[(usize, Access)],
     bytes: usize,
     (lane, lanes): (usize, usize),
@@ -591,7 +592,7 @@ fn track(accesses: &[(usize, Access)], bytes: usize, (lane, lanes): (usize, usiz
 
 /// A weak write of `bytes` bytes at `addr` (`PeerSliceMut::write`): tracked like a put, unless it writes the
 /// writer's own copy (the owner preparing its data is not a put; races inside a rank are not looked for).
-pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'static>) {
+pub fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'static>) {
     weak::announce_destination(addr, bytes);
     let own = with(|checker, t, _| {
         let rank = t.launch.ctx.rank;
@@ -603,7 +604,7 @@ pub(crate) fn weak_write(addr: usize, bytes: usize, loc: &'static Location<'stat
 }
 
 /// `start..start + bytes` is the current rank's own copy of a symmetric buffer (a `SymSliceMut` argument).
-pub(crate) fn own_copy(start: usize, bytes: usize) {
+pub fn own_copy(start: usize, bytes: usize) {
     with(|checker, t, _| {
         let entry = (start, start + bytes, t.launch.ctx.rank);
         let mut own = lock(&checker.own_copies);
@@ -618,7 +619,7 @@ pub(crate) fn own_copy(start: usize, bytes: usize) {
 /// # Safety
 ///
 /// `src..src + bytes` stays live for the launch (the put's source).
-pub(crate) unsafe fn put_started(src: usize, dst: usize, bytes: usize, loc: &'static Location<'static>) {
+pub unsafe fn put_started(src: usize, dst: usize, bytes: usize, loc: &'static Location<'static>) {
     with(|_, _, tc| {
         // SAFETY: the caller's contract.
         tc.nbi.push(unsafe { PendingPut::start(src, dst, bytes, loc) });
@@ -657,11 +658,11 @@ pub(crate) fn leave_barrier(t: &ThreadState, joined: Option<Clock>) {
 
 /// A `Signal::wait` polling `addr`; ends with the value's drop.
 #[derive(Debug)]
-pub(crate) struct SignalWait(());
+pub struct SignalWait(());
 
 impl SignalWait {
     /// The calling thread starts waiting on the signal at `addr`.
-    pub(crate) fn begin(addr: u64) -> SignalWait {
+    pub fn begin(addr: u64) -> SignalWait {
         with(|_, _, tc| tc.signal_wait = Some(addr));
         SignalWait(())
     }
@@ -674,7 +675,7 @@ impl Drop for SignalWait {
 }
 
 /// A wait polling `addr` timed out (a signal wait, or an LL read).
-pub(crate) fn timed_out(addr: u64) {
+pub fn timed_out(addr: u64) {
     with(|checker, t, tc| {
         if tc.signal_wait == Some(addr) {
             lock(&checker.timeouts).push((t.launch.ctx.rank, addr));
@@ -687,7 +688,7 @@ pub(crate) fn timed_out(addr: u64) {
 /// # Safety
 ///
 /// `raw` describes a live signal pad of the launch's team (`SignalPad::from_raw`'s contract).
-pub(crate) unsafe fn pad(raw: &RawSym<u64>, advance: Option<&'static Location<'static>>) {
+pub unsafe fn pad(raw: &RawSym<u64>, advance: Option<&'static Location<'static>>) {
     with(|checker, t, _| {
         let blocks = t.grid_dim.iter().product::<u32>();
         // SAFETY: the caller's contract.
@@ -724,7 +725,7 @@ static ISSUED: Mutex<AddrMap<Issued>> = Mutex::new(HashMap::with_hasher(BuildHas
 
 /// The calling thread pushed a descriptor into the queue slot at `slot` (before it publishes the slot).
 #[track_caller]
-pub(crate) fn queued(slot: usize) {
+pub fn queued(slot: usize) {
     let loc = Location::caller();
     let issued = with(|_, t, tc| Issued {
         session: Arc::clone(t.launch.session()),

@@ -321,7 +321,7 @@ fn buffer(t: &ThreadState, addr: usize, width: usize, value: u64, atomic: Option
 /// A weak store (`GlobalPtr::st_*`) of `width` bytes: buffered, and `true`, when inside the announced
 /// destination of a running emulated thread with buffering on; else the caller stores to memory.
 #[inline]
-pub(crate) fn weak_store(addr: usize, width: usize, value: u64) -> bool {
+pub fn weak_store(addr: usize, width: usize, value: u64) -> bool {
     thread::with_current(|t| {
         let (lo, hi) = t.weak.window.get();
         let inside = t.weak.on && lo <= addr && addr + width <= hi && hi - addr <= t.weak.tail;
@@ -339,7 +339,7 @@ pub(crate) fn weak_store(addr: usize, width: usize, value: u64) -> bool {
 /// An LL packet's store of one 8-byte half (a relaxed store of data word and flag): buffered, and `true`,
 /// in a running emulated thread with buffering on.
 #[inline]
-pub(crate) fn packet_store(addr: usize, value: u64) -> bool {
+pub fn packet_store(addr: usize, value: u64) -> bool {
     thread::with_current(|t| {
         if t.weak.on {
             buffer(t, addr, 8, value, None);
@@ -353,7 +353,7 @@ pub(crate) fn packet_store(addr: usize, value: u64) -> bool {
 /// value a veil shows it; `None` when the caller loads from memory (after overlapping stores of other widths
 /// drained).
 #[inline]
-pub(crate) fn weak_load(addr: usize, width: usize) -> Option<u64> {
+pub fn weak_load(addr: usize, width: usize) -> Option<u64> {
     thread::with_current(|t| forward(t, addr, width).or_else(|| veiled(t, addr, width))).flatten()
 }
 

@@ -5,8 +5,10 @@
 use std::panic::Location;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::abi::{ERROR_CAPACITY, ERROR_FILE_BYTES, ErrorBuffer, ErrorKind, ErrorRecord, ThreadRef};
-use crate::error::file_tail;
+use ferrocomm_abi::{
+    ERROR_CAPACITY, ERROR_FILE_BYTES, ERROR_KIND_SLOTS, ErrorBuffer, ErrorKind, ErrorRecord, LaunchCtx, ThreadRef,
+    file_tail, message_head,
+};
 
 /// The shape of a team launch: how a thread's checker id maps to its rank, block and thread.
 #[derive(Debug, Clone, Copy)]
@@ -88,23 +90,80 @@ impl Finding {
     }
 
     /// Writes the finding into `errors` (a rank's live error buffer; null: dropped); whether it has room
-    /// (further findings are only counted, as further device errors are).
+    /// (further findings are only counted, as further device errors are). Findings are not counted among the
+    /// device's errors (`ErrorBuffer::kinds`).
     pub(crate) fn write(&self, errors: *mut ErrorBuffer) -> bool {
-        if errors.is_null() {
-            return false;
+        publish(errors, self.record())
+    }
+}
+
+/// Claims a slot of `errors` (a rank's live error buffer; null: dropped) with an atomic add and publishes
+/// `record` in it with a release store, as the device's own records are written; whether it had room.
+fn publish(errors: *mut ErrorBuffer, record: ErrorRecord) -> bool {
+    if errors.is_null() {
+        return false;
+    }
+    // SAFETY: the host keeps every rank's error buffer allocated for the launch; `count` and `written` are
+    // only accessed atomically while kernels run, as the device's own records do.
+    let count = unsafe { AtomicU32::from_ptr(&raw mut (*errors).count) };
+    let slot = count.fetch_add(1, Ordering::Relaxed) as usize;
+    if slot >= ERROR_CAPACITY {
+        return false;
+    }
+    // SAFETY: the slot was claimed by this call alone (the atomic add above), and the buffer is live.
+    unsafe { (&raw mut (*errors).records[slot]).write(record) };
+    // SAFETY: as above.
+    unsafe { AtomicU32::from_ptr(&raw mut (*errors).written[slot]) }.store(1, Ordering::Release);
+    true
+}
+
+/// Records the panic of thread `who` at `file:line:column` with `message` in its rank's error buffer (`ctx.errors`), counted among
+/// the device's errors, then raises the team's abort word on every rank so that every wait of the launch
+/// ends: what the device library's panic handler does on a GPU, done here for the thread that unwound.
+pub(crate) fn record_panic(ctx: &LaunchCtx, who: ThreadRef, (file, line, column): (&str, u32, u32), message: &str) {
+    let errors = ctx.errors;
+    if errors.is_null() {
+        return;
+    }
+    let kind = ErrorKind::Panic as usize;
+    if kind < ERROR_KIND_SLOTS {
+        // SAFETY: as in `publish`; the counters are only accessed atomically during the launch.
+        unsafe { AtomicU32::from_ptr(&raw mut (*errors).kinds[kind]) }.fetch_add(1, Ordering::Relaxed);
+    }
+    let (tail, head) = (file_tail(file), message_head(message));
+    let mut record = ErrorRecord {
+        kind: ErrorKind::Panic as u32,
+        rank: who.rank,
+        block: who.block,
+        thread: who.thread,
+        line,
+        column,
+        file_len: tail.len() as u32,
+        message_len: head.len() as u32,
+        ..ErrorRecord::EMPTY
+    };
+    record.file[..tail.len()].copy_from_slice(tail);
+    record.message[..head.len()].copy_from_slice(head);
+    publish(errors, record);
+    raise_abort(ctx);
+}
+
+/// Stores `ctx.rank + 1` into every rank's abort word (nothing when the team has none).
+fn raise_abort(ctx: &LaunchCtx) {
+    // SAFETY: the host keeps the error buffer allocated for the launch and writes this field only between
+    // launches.
+    let peers = unsafe { std::ptr::read_volatile(&raw const (*ctx.errors).abort_peers) } as usize as *const u64;
+    if peers.is_null() {
+        return;
+    }
+    for rank in 0..ctx.world as usize {
+        // SAFETY: the host's table has `world` entries.
+        let word = unsafe { peers.add(rank).read() } as usize as *mut u32;
+        if word.is_null() {
+            continue;
         }
-        // SAFETY: the host keeps every rank's error buffer allocated for the launch; `count` and `written` are
-        // only accessed atomically while kernels run, as the device's own records do.
-        let count = unsafe { AtomicU32::from_ptr(&raw mut (*errors).count) };
-        let slot = count.fetch_add(1, Ordering::Relaxed) as usize;
-        if slot >= ERROR_CAPACITY {
-            return false;
-        }
-        // SAFETY: the slot was claimed by this call alone (the atomic add above), and the buffer is live.
-        unsafe { (&raw mut (*errors).records[slot]).write(self.record()) };
-        // SAFETY: as above.
-        unsafe { AtomicU32::from_ptr(&raw mut (*errors).written[slot]) }.store(1, Ordering::Release);
-        true
+        // SAFETY: a rank's live abort word, only accessed atomically while kernels run.
+        unsafe { AtomicU32::from_ptr(word) }.store(ctx.rank + 1, Ordering::Relaxed);
     }
 }
 

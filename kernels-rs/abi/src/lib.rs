@@ -1,5 +1,8 @@
-//! The memory layouts the host runtime and the kernels agree on. Every type here is `#[repr(C)]` and is
-//! read or written by both sides: change one only together with `ferrocomm` (host/runtime).
+//! `ferrocomm-abi`: the memory layouts the host runtime, the kernels and the CPU emulator agree on. Every
+//! type here is `#[repr(C)]` and is read or written by more than one of them: change one only together with
+//! `ferrocomm` (host/runtime). The device library re-exports this crate as `ferrocomm_device::abi`.
+#![no_std]
+#![warn(missing_docs)]
 
 /// The per-launch context a module holds in its global [`LAUNCH_CTX_SYMBOL`], written by the host before
 /// each launch (each rank loads its own module instance, so ranks sharing a GPU do not share it).
@@ -177,6 +180,32 @@ impl ErrorRecord {
     pub fn error_kind(&self) -> Option<ErrorKind> {
         ErrorKind::from_u32(self.kind)
     }
+}
+
+/// The head of `message` that fits a record, ending on a character boundary.
+pub fn message_head(message: &str) -> &[u8] {
+    let bytes = message.as_bytes();
+    if bytes.len() <= ERROR_MESSAGE_BYTES {
+        return bytes;
+    }
+    let mut end = ERROR_MESSAGE_BYTES;
+    while end > 0 && !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &bytes[..end]
+}
+
+/// The tail of `file` that fits a record, starting on a character boundary.
+pub fn file_tail(file: &str) -> &[u8] {
+    let bytes = file.as_bytes();
+    if bytes.len() <= ERROR_FILE_BYTES {
+        return bytes;
+    }
+    let mut start = bytes.len() - ERROR_FILE_BYTES;
+    while start < bytes.len() && !file.is_char_boundary(start) {
+        start += 1;
+    }
+    &bytes[start..]
 }
 
 /// Another GPU thread of a team launch, named by a checker record in its `expected` and `observed` fields
@@ -475,21 +504,6 @@ pub const TRACE_HEADER_BYTES: usize = 64;
 /// signal `i` stays at offset `i`.
 pub const SIGNAL_PAD_EPOCH_SLOTS: usize = 1024;
 
-/// A low-latency packet: 8 bytes of data and two copies of a 4-byte flag, written by one 16-byte store, so
-/// a reader that sees the current flag in both halves has the data without any fence (NCCL's LL protocol).
-#[repr(C, align(16))]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LlPacket {
-    /// Data bytes 0..4.
-    pub data_lo: u32,
-    /// The flag guarding `data_lo`.
-    pub flag_lo: u32,
-    /// Data bytes 4..8.
-    pub data_hi: u32,
-    /// The flag guarding `data_hi`.
-    pub flag_hi: u32,
-}
-
 /// A device slice as kernels receive it: pointer and length, the plain ABI of `&[T]` / `&mut [T]`.
 #[repr(C)]
 #[derive(Debug)]
@@ -548,3 +562,31 @@ const _: () = assert!(core::mem::offset_of!(ErrorBuffer, abort_local) == 72);
 const _: () = assert!(core::mem::offset_of!(ErrorBuffer, records) == 88);
 const _: () = assert!(core::mem::size_of::<TraceEvent>() == 40 && core::mem::align_of::<TraceEvent>() == 8);
 const _: () = assert!(core::mem::size_of::<TraceRing>() <= TRACE_HEADER_BYTES);
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::{ERROR_FILE_BYTES, ERROR_MESSAGE_BYTES, file_tail, message_head};
+    use std::format;
+
+    #[test]
+    fn long_messages_keep_their_head_on_a_char_boundary() {
+        assert_eq!(message_head("planted"), b"planted");
+        let long = format!("{}é and more", "a".repeat(ERROR_MESSAGE_BYTES - 1));
+        let head = std::str::from_utf8(message_head(&long)).unwrap();
+        // "é" straddles the end of the field: the head stops before it.
+        assert_eq!(head, "a".repeat(ERROR_MESSAGE_BYTES - 1));
+    }
+
+    #[test]
+    fn long_file_names_keep_their_tail_on_a_char_boundary() {
+        assert_eq!(file_tail("src/lib.rs"), b"src/lib.rs");
+        let long = format!("{}é/kernel.rs", "a".repeat(ERROR_FILE_BYTES));
+        let tail = std::str::from_utf8(file_tail(&long)).unwrap();
+        assert!(tail.ends_with("/kernel.rs") && tail.len() <= ERROR_FILE_BYTES, "{tail}");
+        // "é" is two bytes: a cut inside it moves forward to the next character.
+        let cut = format!("{}é{}", "a".repeat(10), "b".repeat(ERROR_FILE_BYTES - 1));
+        let tail = std::str::from_utf8(file_tail(&cut)).unwrap();
+        assert_eq!(tail, "b".repeat(ERROR_FILE_BYTES - 1));
+    }
+}

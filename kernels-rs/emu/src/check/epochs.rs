@@ -17,7 +17,7 @@ use std::panic::Location;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::report::{Finding, Geometry};
-use crate::abi::{ErrorKind, MismatchScope, RawSym, SIGNAL_PAD_EPOCH_SLOTS, ThreadRef};
+use ferrocomm_abi::{ErrorKind, MismatchScope, RawSym, SIGNAL_PAD_EPOCH_SLOTS, ThreadRef};
 
 #[derive(Debug)]
 struct RankLog {

@@ -37,6 +37,7 @@ mod block;
 pub(crate) mod bulk;
 pub(crate) mod check;
 mod launch;
+pub mod lower;
 pub mod schedule;
 mod team;
 pub(crate) mod thread;
@@ -44,15 +45,10 @@ pub mod veil;
 mod warp;
 pub mod weak;
 
-use std::sync::OnceLock;
-use std::time::Instant;
-
-use crate::abi::LaunchCtx;
+use ferrocomm_abi::LaunchCtx;
 
 pub use check::Issued;
-pub(crate) use launch::exit_thread;
 pub use team::{TeamLaunch, Timeline};
-pub(crate) use warp::{Round, WarpError};
 
 /// Most GPU threads one emulated launch may have (one host thread each).
 pub const MAX_THREADS: u32 = 4096;
@@ -140,7 +136,7 @@ pub enum EmuError {
 /// Runs every GPU thread of one rank's grid as a host thread and returns when all have finished.
 ///
 /// `ctx` is what the GPU would read from `FERROCOMM_LAUNCH_CTX`: this rank, the team size, the wait timeout
-/// and a pointer to this rank's [`ErrorBuffer`](crate::abi::ErrorBuffer), which must stay valid for the
+/// and a pointer to this rank's [`ErrorBuffer`](ferrocomm_abi::ErrorBuffer), which must stay valid for the
 /// whole call. A wait that times out records a `Timeout` and ends its thread, and the launch still returns
 /// `Ok`; a panic records a `Panic`, ends every thread of the launch (the GPU's `trap`) and returns
 /// [`EmuError::Trapped`]. At most [`MAX_THREADS`] threads per launch.
@@ -164,99 +160,3 @@ pub(crate) struct KernelExit;
 /// The launch trapped: the thread must end.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Trapped;
-
-/// `%globaltimer` of the emulated GPUs: nanoseconds since the first use in this process (one clock for
-/// every rank, like the GPUs' synchronised global timers).
-pub(crate) fn globaltimer_ns() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    let start = *START.get_or_init(Instant::now);
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Ends this thread if its launch trapped (a panic elsewhere in the grid); `nanosleep` calls it, so it is
-/// also where a sleeping thread's buffered stores may drain.
-pub(crate) fn exit_if_trapped() {
-    let trapped = thread::with_current(|t| {
-        weak::at_sleep(t);
-        t.launch.is_trapped()
-    });
-    if trapped == Some(true) {
-        exit_thread();
-    }
-}
-
-/// The host side of `shared_array!`: this block's copy of the named static shared array.
-#[doc(hidden)]
-#[track_caller]
-pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u8 {
-    thread::current().block.static_shared(name, bytes, align)
-}
-
-/// The host side of `barrier.sync 0`.
-pub(crate) fn block_sync() {
-    let t = thread::current();
-    t.pauses.at_point();
-    // The barrier makes the thread's earlier stores visible to its block (a `.cta` release): they leave its
-    // buffer first.
-    weak::release(&t, check::Scope::Cta);
-    match t.block.sync(&t.launch, check::deposit(&t)) {
-        Ok(joined) => {
-            check::leave_barrier(&t, joined);
-            weak::acquired(&t);
-        }
-        Err(Trapped) => {
-            drop(t);
-            exit_thread();
-        }
-    }
-}
-
-/// The host side of the warp operations: lane `laneid` exchanges `value` with the lanes of `mask`.
-#[track_caller]
-pub(crate) fn warp_exchange(mask: u32, value: u64) -> Round {
-    exchange(mask, value, false)
-}
-
-/// The host side of `bar.warp.sync`: a warp exchange that also orders the lanes' memory accesses.
-#[track_caller]
-pub(crate) fn warp_sync(mask: u32) {
-    exchange(mask, 0, true);
-}
-
-#[track_caller]
-fn exchange(mask: u32, value: u64, orders_memory: bool) -> Round {
-    let t = thread::current();
-    let lane = t.lane();
-    assert!(
-        mask & (1 << lane) != 0,
-        "warp operation with member mask {mask:#010x} called by lane {lane}, which is not in it (undefined on the GPU)"
-    );
-    t.pauses.at_point();
-    if orders_memory {
-        // As for a block barrier.
-        weak::release(&t, check::Scope::Cta);
-    } else {
-        weak::before_shuffle(&t);
-    }
-    let deposit = if orders_memory { check::deposit(&t) } else { None };
-    let result = t.block.warp(t.warp()).exchange(lane, mask, value, &t.launch, deposit);
-    if orders_memory && let Ok((_, joined)) = &result {
-        check::leave_barrier(&t, joined.clone());
-        weak::acquired(&t);
-    }
-    drop(t);
-    match result {
-        Ok((round, _)) => round,
-        Err(WarpError::Trapped) => exit_thread(),
-        Err(WarpError::MaskMismatch { lane: other_lane, other }) => panic!(
-            "warp operation with member mask {mask:#010x} can never complete: lane {other_lane}, named in it, \
-             made a warp-synchronous call with member mask {other:#010x} instead; every lane of a mask must \
-             make the same call with the same mask, or exit before any other (undefined on the GPU)"
-        ),
-    }
-}
-
-/// The block's dynamic shared memory (pointer, bytes).
-pub(crate) fn dynamic_shared() -> (*mut u8, usize) {
-    thread::current().block.dynamic_shared()
-}

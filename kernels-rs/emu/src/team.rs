@@ -13,7 +13,7 @@ use super::check::{Checker, Geometry, History};
 use super::launch::{self, check_dims};
 use super::schedule;
 use super::veil::Veils;
-use crate::abi::LaunchCtx;
+use ferrocomm_abi::LaunchCtx;
 
 /// Whether launches are checked unless told otherwise: yes, unless `FERROCOMM_EMU_CHECK` is `0`, `off`
 /// or `false`.

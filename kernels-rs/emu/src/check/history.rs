@@ -16,7 +16,7 @@ use super::atomics::SyncVar;
 use super::clock::Clock;
 use super::report::Geometry;
 use super::shadow::Shadow;
-use crate::emu::block::lock;
+use crate::block::lock;
 
 /// The checker's state shared by every launch of one emulated team.
 #[derive(Debug)]

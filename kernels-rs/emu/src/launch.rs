@@ -17,8 +17,7 @@ use super::team::Session;
 use super::thread::{self as emu_thread, ThreadState};
 use super::weak::{self, StoreBuffer};
 use super::{EmuError, KernelExit, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS};
-use crate::abi::LaunchCtx;
-use crate::error;
+use ferrocomm_abi::{LaunchCtx, ThreadRef};
 
 /// Stack of each emulated thread: kernels are small, and thousands of them run at once.
 const STACK_BYTES: usize = 512 * 1024;
@@ -135,6 +134,13 @@ fn unlinear(i: u32, dim: [u32; 3]) -> [u32; 3] {
     [i % dim[0], (i / dim[0]) % dim[1], i / (dim[0] * dim[1])]
 }
 
+/// Records the thread's panic in its rank's error buffer and raises the team's abort word, as the device
+/// library's panic handler does on a GPU.
+fn record_panic(state: &ThreadState, site: &PanicSite) {
+    let who = ThreadRef { rank: state.launch.ctx.rank, block: state.block_idx, thread: state.thread_idx };
+    check::record_panic(&state.launch.ctx, who, (&site.file, site.line, site.column), &site.message);
+}
+
 /// Runs the kernel as one emulated thread, then tells the block it exited.
 fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
     emu_thread::set_current(Some(state.clone()));
@@ -148,7 +154,7 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
         // On a GPU the store would go on reading shared memory that no longer exists.
         let message = "bulk store still in flight when its thread ended: wait for it (`bulk_wait`) first".to_owned();
         let site = PanicSite { file: loc.file().to_owned(), line: loc.line(), column: loc.column(), message };
-        error::record_panic(&site.file, site.line, site.column, &site.message);
+        record_panic(&state, &site);
         state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
     }
     if let Err(payload) = result
@@ -160,7 +166,7 @@ fn run_thread(state: Rc<ThreadState>, kernel: &(dyn Fn() + Sync)) {
             column: 0,
             message: payload_message(payload.as_ref()),
         });
-        error::record_panic(&site.file, site.line, site.column, &site.message);
+        record_panic(&state, &site);
         state.launch.trap(Some(Trap { block: state.block_idx, thread: state.thread_idx, site }));
     }
     // The thread's last stores reach memory as it ends, however it ended (on a GPU they would too).
@@ -295,7 +301,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
 }
 
 /// Ends the calling emulated thread the way PTX `exit` does: the launch catches this unwind silently.
-pub(crate) fn exit_thread() -> ! {
+pub fn exit_thread() -> ! {
     panic::resume_unwind(Box::new(KernelExit))
 }
 

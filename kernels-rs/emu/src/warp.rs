@@ -26,7 +26,7 @@ use super::launch::Launch;
 
 /// Why a warp operation did not complete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WarpError {
+pub enum WarpError {
     /// The launch trapped; the thread must exit.
     Trapped,
     /// The round with the caller's mask can never complete: `lane`, named in it, made a call with member
@@ -41,11 +41,11 @@ pub(crate) enum WarpError {
 
 /// The lanes' values of one completed round.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Round {
+pub struct Round {
     /// Each participating lane's value (others: 0).
-    pub(crate) values: [u64; 32],
+    pub values: [u64; 32],
     /// The lanes that took part: the member mask less exited lanes.
-    pub(crate) participants: u32,
+    pub participants: u32,
 }
 
 /// A round in progress: the calls with one member mask that have arrived so far.

@@ -173,7 +173,7 @@ impl AsyncView {
 /// `fence.proxy.async` by the current thread: `global`, its buffered global stores reach memory (where bulk
 /// loads read); `shared`, the bytes of the block's shared memory that the async proxy does not see yet are
 /// taken for it.
-pub(crate) fn proxy_fence(global: bool, shared: bool) {
+pub fn proxy_fence(global: bool, shared: bool) {
     let Some(t) = thread::try_current() else { return };
     if global {
         weak::drain_all(&t);
@@ -281,7 +281,7 @@ fn barrier(bars: &mut HashMap<usize, Barrier>, bar: usize) -> &mut Barrier {
     }
 }
 
-pub(crate) fn mbarrier_init(bar: usize, count: u32) {
+pub fn mbarrier_init(bar: usize, count: u32) {
     assert!(count > 0, "an mbarrier needs at least one arrival per phase");
     with_barriers(|bars| {
         let b = Barrier { count, arrivals_left: count, phase: 0, tx: 0, loads: VecDeque::new(), stalled_since: None };
@@ -290,7 +290,7 @@ pub(crate) fn mbarrier_init(bar: usize, count: u32) {
 }
 
 #[track_caller]
-pub(crate) fn mbarrier_arrive_expect_tx(bar: usize, bytes: u32) {
+pub fn mbarrier_arrive_expect_tx(bar: usize, bytes: u32) {
     with_barriers(|bars| {
         let b = barrier(bars, bar);
         assert!(b.arrivals_left > 0, "mbarrier at {bar:#x}: more arrivals than its count in one phase");
@@ -300,7 +300,7 @@ pub(crate) fn mbarrier_arrive_expect_tx(bar: usize, bytes: u32) {
 }
 
 #[track_caller]
-pub(crate) fn bulk_load(dst: usize, src: usize, bytes: u32, bar: usize, loc: &'static Location<'static>) {
+pub fn bulk_load(dst: usize, src: usize, bytes: u32, bar: usize, loc: &'static Location<'static>) {
     let copy = Copy::new(dst, src, bytes, loc);
     with_barriers(|bars| barrier(bars, bar).loads.push_back(copy));
 }
@@ -318,7 +318,7 @@ enum Wait {
 /// Completes the phase of `bar` with parity `parity` if it can: once every arrival is made, the loads in
 /// flight land in the order issued until the phase has the bytes its arrivals expect.
 #[track_caller]
-pub(crate) fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
+pub fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
     let t = thread::current();
     let timeout = t.launch.ctx.timeout_ns;
     let mut landed = Vec::new();
@@ -345,7 +345,7 @@ pub(crate) fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
                 b.stalled_since = None;
                 Wait::Done
             } else {
-                let now = super::globaltimer_ns();
+                let now = crate::lower::globaltimer_ns();
                 let since = *b.stalled_since.get_or_insert(now);
                 if now.saturating_sub(since) > timeout {
                     Wait::Hung(format!(
@@ -373,7 +373,7 @@ pub(crate) fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
         Wait::Pending => {
             drop(t);
             // Another thread's arrival or load is due; let it run.
-            super::exit_if_trapped();
+            crate::lower::exit_if_trapped();
             std::thread::yield_now();
             false
         }
@@ -382,7 +382,7 @@ pub(crate) fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
 }
 
 #[track_caller]
-pub(crate) fn bulk_store(dst: usize, src: usize, bytes: u32, loc: &'static Location<'static>) {
+pub fn bulk_store(dst: usize, src: usize, bytes: u32, loc: &'static Location<'static>) {
     let copy = Copy::new(dst, src, bytes, loc);
     let t = thread::current();
     // The thread's own fences come before the store in its program: the async proxy sees what they took.
@@ -391,7 +391,7 @@ pub(crate) fn bulk_store(dst: usize, src: usize, bytes: u32, loc: &'static Locat
     t.bulk.borrow_mut().open.push(copy);
 }
 
-pub(crate) fn bulk_commit() {
+pub fn bulk_commit() {
     let t = thread::current();
     let mut groups = t.bulk.borrow_mut();
     let copies = std::mem::take(&mut groups.open);
@@ -400,7 +400,7 @@ pub(crate) fn bulk_commit() {
 
 /// `wait_group{.read} keep`: every committed group but the newest `keep` reads its sources now (if it has
 /// not yet), as the async proxy sees them; with `complete`, it also writes its destinations and is done.
-pub(crate) fn bulk_wait(keep: usize, complete: bool) {
+pub fn bulk_wait(keep: usize, complete: bool) {
     let t = thread::current();
     let mut groups = t.bulk.borrow_mut();
     let older = groups.committed.len().saturating_sub(keep);
