@@ -38,7 +38,9 @@ fn entry<'a>(ptx: &'a str, name: &str) -> &'a str {
 }
 
 /// Numbers away what moves with unrelated edits: `%rd12` → `%rd`, `$L__BB3_7` → `$L__BB`, the hashes of
-/// mangled names (`17h0123456789abcdefE` → `17hE`) and of anonymous globals (`anon_$_<hash>_$_12`).
+/// mangled names (`17h0123456789abcdefE` → `17hE`), the crate disambiguators of v0-mangled names
+/// (`Cs5SCntcnJ7Cn_16ferrocomm_device` → `Cs_16ferrocomm_device`: cargo derives them from the package's
+/// path, so they differ between checkouts) and the hashes of anonymous globals (`anon_$_<hash>_$_12`).
 fn normalize(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let bytes = text.as_bytes();
@@ -56,6 +58,9 @@ fn normalize(text: &str) -> String {
         } else if rest.starts_with("17h") && rest.len() >= 20 && rest.as_bytes()[19] == b'E' {
             out.push_str("17hE");
             i += 20;
+        } else if let Some(len) = crate_disambiguator(rest) {
+            out.push_str("Cs_");
+            i += len;
         } else if let Some(tail) = rest.strip_prefix("anon_$_") {
             let mut used = 7 + tail.bytes().take_while(u8::is_ascii_hexdigit).count();
             out.push_str("anon_$_");
@@ -71,6 +76,15 @@ fn normalize(text: &str) -> String {
         }
     }
     out
+}
+
+/// The length of a v0 crate disambiguator at the start of `text` — `Cs`, base-62 digits, `_`, followed by
+/// the crate name's length — or `None`.
+fn crate_disambiguator(text: &str) -> Option<usize> {
+    let digits = text.strip_prefix("Cs")?.bytes().take_while(u8::is_ascii_alphanumeric).count();
+    let after = 2 + digits;
+    let follows_name = text.as_bytes().get(after + 1).is_some_and(u8::is_ascii_digit);
+    (digits > 0 && text.as_bytes().get(after) == Some(&b'_') && follows_name).then_some(after + 1)
 }
 
 fn hot_path_text(ptx: &str) -> String {
