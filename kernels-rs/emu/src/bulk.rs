@@ -14,8 +14,15 @@
 //! synchronises, one thread issues the store). A bulk store of bytes a thread wrote without that reads
 //! what the async proxy saw last (zero, or an earlier load or fenced write). A fence takes every byte that
 //! differs, whoever wrote it: a thread that skips its fence while another fences after its write goes
-//! unnoticed. `fence.proxy.async.global` moves no shared bytes; it drains the thread's buffered global
-//! stores (see `weak`), which the bulk loads read from memory.
+//! unnoticed.
+//!
+//! Global memory and the async proxy: a bulk load reads its global source as the async proxy does, from
+//! outside every block and rank scope (see `veil`), so a thread's generic store that reached only its
+//! block or GPU (a barrier, a `.gpu` release) is not what the copy reads; the writer's
+//! `fence.proxy.async.global` (or the generic `fence.proxy.async`) shows it. A bulk store's bytes, once its
+//! group completes, are seen by the async proxy only: the issuing thread's proxy fence shows them to its
+//! block, and its release after that to whom the release reaches. So a missing proxy fence on either side
+//! shows as old bytes, as it may on a GPU.
 //!
 //! Transaction bytes: an mbarrier's phase completes once its arrivals are made and the bytes its
 //! `expect_tx` arrivals announced have landed. Loads land in the order issued when a thread waits; one
@@ -25,8 +32,7 @@
 //! still failing after the launch's timeout ends the launch with a panic that says so.
 //!
 //! Barriers belong to the block (any of its threads may arrive or wait); bulk groups to the thread that
-//! issued them. The copies move relaxed atomics, like every other emulated access (a global source is read
-//! as the issuing thread's tracked loads, so a veiled store shows there too), and tell the checker what
+//! issued them. The copies move relaxed atomics, like every other emulated access, and tell the checker what
 //! they read and wrote when they do.
 
 use std::collections::{HashMap, VecDeque};
@@ -90,6 +96,17 @@ fn read_bytes(addr: usize, n: usize, mut word: impl FnMut(usize) -> u64) -> Vec<
 fn memory_word(at: usize) -> u64 {
     // SAFETY: an aligned word inside a range the copy's issuer guaranteed valid (the intrinsic's contract).
     unsafe { AtomicU64::from_ptr(at as *mut u64) }.load(Relaxed)
+}
+
+/// A bulk store's write of `bytes` at `addr` (16-byte aligned, a multiple of 16 long: whole words), each
+/// word visible to the async proxy only until the issuing thread's proxy fence.
+fn write_async(t: &ThreadState, addr: usize, bytes: &[u8]) {
+    for (i, w) in bytes.chunks_exact(8).enumerate() {
+        let at = addr + 8 * i;
+        let value = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        // SAFETY: an aligned word inside a range the copy's issuer guaranteed valid.
+        weak::async_write(t, at, value, || unsafe { AtomicU64::from_ptr(at as *mut u64) }.store(value, Relaxed));
+    }
 }
 
 /// Writes `bytes` at `addr` as relaxed atomics (whole words where aligned).
@@ -170,16 +187,20 @@ impl AsyncView {
     }
 }
 
-/// `fence.proxy.async` by the current thread: `global`, its buffered global stores reach memory (where bulk
-/// loads read); `shared`, the bytes of the block's shared memory that the async proxy does not see yet are
+/// `fence.proxy.async` by the current thread: `global`, its generic global stores become visible to the
+/// async proxy (bulk loads read them) and its completed bulk stores to its block's generic loads; `shared`,
+/// the block's initialised mbarriers become usable by bulk loads, and the bytes of the block's shared memory that the async proxy does not see yet are
 /// taken for it.
 pub fn proxy_fence(global: bool, shared: bool) {
     let Some(t) = thread::try_current() else { return };
     if global {
-        weak::drain_all(&t);
+        weak::proxy_fence(&t);
     }
     if !shared {
         return;
+    }
+    for b in lock(&t.block.bulk_barriers.0).values_mut() {
+        b.init_seen_by_async_proxy = true;
     }
     let regions = t.block.shared_regions();
     let mut v = lock(&t.block.proxy.0);
@@ -205,6 +226,9 @@ pub fn proxy_fence(global: bool, shared: bool) {
 
 /// What the async proxy reads at `addr..addr + n` of `t`'s block's shared memory, after `t`'s own fences.
 fn read_shared(t: &ThreadState, addr: usize, n: usize) -> Vec<u8> {
+    for b in lock(&t.block.bulk_barriers.0).values_mut() {
+        b.init_seen_by_async_proxy = true;
+    }
     let regions = t.block.shared_regions();
     let mut v = lock(&t.block.proxy.0);
     let me = t.linear_tid;
@@ -222,6 +246,9 @@ fn read_shared(t: &ThreadState, addr: usize, n: usize) -> Vec<u8> {
 /// The async proxy writes `bytes` at `addr` of `t`'s block's shared memory: both views see them.
 fn write_shared(t: &ThreadState, addr: usize, bytes: &[u8]) {
     write_bytes(addr, bytes);
+    for b in lock(&t.block.bulk_barriers.0).values_mut() {
+        b.init_seen_by_async_proxy = true;
+    }
     let regions = t.block.shared_regions();
     if let Some(&r) = regions.iter().find(|r| inside(**r, addr, bytes.len())) {
         lock(&t.block.proxy.0).put(r, addr, bytes);
@@ -239,6 +266,10 @@ struct Barrier {
     loads: VecDeque<Copy>,
     /// When a wait first found the current phase unable to complete.
     stalled_since: Option<u64>,
+    /// Whether a proxy fence of the block (`fence.proxy.async`, generic or `.shared::cta`) came after the
+    /// barrier's `mbarrier_init`: until one does, the async proxy may not see the initialisation, and a
+    /// bulk load may not complete its transactions on it.
+    init_seen_by_async_proxy: bool,
 }
 
 /// A block's mbarriers, by shared-memory address.
@@ -284,7 +315,15 @@ fn barrier(bars: &mut HashMap<usize, Barrier>, bar: usize) -> &mut Barrier {
 pub fn mbarrier_init(bar: usize, count: u32) {
     assert!(count > 0, "an mbarrier needs at least one arrival per phase");
     with_barriers(|bars| {
-        let b = Barrier { count, arrivals_left: count, phase: 0, tx: 0, loads: VecDeque::new(), stalled_since: None };
+        let b = Barrier {
+            count,
+            arrivals_left: count,
+            phase: 0,
+            tx: 0,
+            loads: VecDeque::new(),
+            stalled_since: None,
+            init_seen_by_async_proxy: false,
+        };
         bars.insert(bar, b)
     });
 }
@@ -302,7 +341,16 @@ pub fn mbarrier_arrive_expect_tx(bar: usize, bytes: u32) {
 #[track_caller]
 pub fn bulk_load(dst: usize, src: usize, bytes: u32, bar: usize, loc: &'static Location<'static>) {
     let copy = Copy::new(dst, src, bytes, loc);
-    with_barriers(|bars| barrier(bars, bar).loads.push_back(copy));
+    with_barriers(|bars| {
+        let b = barrier(bars, bar);
+        assert!(
+            b.init_seen_by_async_proxy,
+            "bulk load at {loc} completes on the mbarrier at {bar:#x}, whose `mbarrier_init` no proxy fence \
+             followed: the TMA may not see it initialised (fence with `fence_proxy_async_shared_cta` after \
+             initialising, before the block's barrier)"
+        );
+        b.loads.push_back(copy)
+    });
 }
 
 /// What a wait on an mbarrier found.
@@ -362,7 +410,7 @@ pub fn mbarrier_try_wait_parity(bar: usize, parity: u32) -> bool {
     };
     for c in landed {
         check::bulk(&[(c.src, Access::Read)], c.bytes, c.loc);
-        let bytes = read_bytes(c.src, c.bytes, |at| weak::veiled(&t, at, 8).unwrap_or_else(|| memory_word(at)));
+        let bytes = read_bytes(c.src, c.bytes, |at| weak::async_read(&t, at).unwrap_or_else(|| memory_word(at)));
         write_shared(&t, c.dst, &bytes);
     }
     match wait {
@@ -386,6 +434,9 @@ pub fn bulk_store(dst: usize, src: usize, bytes: u32, loc: &'static Location<'st
     let copy = Copy::new(dst, src, bytes, loc);
     let t = thread::current();
     // The thread's own fences come before the store in its program: the async proxy sees what they took.
+    for b in lock(&t.block.bulk_barriers.0).values_mut() {
+        b.init_seen_by_async_proxy = true;
+    }
     let regions = t.block.shared_regions();
     lock(&t.block.proxy.0).apply(&regions, |who| who == t.linear_tid);
     t.bulk.borrow_mut().open.push(copy);
@@ -415,7 +466,7 @@ pub fn bulk_wait(keep: usize, complete: bool) {
         for g in done {
             for (c, bytes) in g.copies.iter().zip(g.read.iter().flatten()) {
                 weak::before_write(&t, c.dst, c.bytes);
-                write_bytes(c.dst, bytes);
+                write_async(&t, c.dst, bytes);
                 check::bulk(&[(c.dst, Access::Write)], c.bytes, c.loc);
             }
         }

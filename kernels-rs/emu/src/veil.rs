@@ -37,6 +37,16 @@ pub const LIMIT: usize = 1 << 16;
 /// A read by a thread outside a veil's scope lifts it with probability one in this.
 const LIFT_ODDS: u64 = 16;
 
+/// The block number of the async proxy's place ([`async_proxy`]): no block of a grid has it.
+const ASYNC_PROXY_BLOCK: u32 = u32::MAX;
+
+/// Where the async proxy (the TMA) of rank `rank` reads global memory from: outside every block and rank
+/// scope, so it sees a generic store only once the writer's `fence.proxy.async` lifted its veil (or it
+/// reached memory unveiled), and sees its own rank's bulk stores.
+pub(crate) fn async_proxy(rank: u32) -> Place {
+    Place { rank, block: ASYNC_PROXY_BLOCK }
+}
+
 /// The threads that see a veiled store's new value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Within {
@@ -44,6 +54,10 @@ pub(crate) enum Within {
     Block { rank: u32, block: u32 },
     /// The writer's rank (a `.gpu` release).
     Rank(u32),
+    /// The async proxy of the writer's rank only: a bulk store's bytes, which no thread's generic loads
+    /// see before the issuing thread's `fence.proxy.async` hands them to its block (see
+    /// [`Veils::proxy_fence`]).
+    AsyncProxy(u32),
 }
 
 impl Within {
@@ -56,15 +70,19 @@ impl Within {
     }
 
     fn holds(self, at: Place) -> bool {
+        if at.block == ASYNC_PROXY_BLOCK {
+            return self == Within::AsyncProxy(at.rank);
+        }
         match self {
             Within::Block { rank, block } => rank == at.rank && block == at.block,
             Within::Rank(rank) => rank == at.rank,
+            Within::AsyncProxy(_) => false,
         }
     }
 
     fn rank(self) -> u32 {
         match self {
-            Within::Block { rank, .. } | Within::Rank(rank) => rank,
+            Within::Block { rank, .. } | Within::Rank(rank) | Within::AsyncProxy(rank) => rank,
         }
     }
 }
@@ -216,6 +234,30 @@ impl Veils {
         self.published(&t);
     }
 
+    /// `fence.proxy.async` by `writer` at `at`: its bulk stores' bytes, which only the async proxy saw, become
+    /// visible to its block's generic loads, as if it had stored them and released at `.cta`; a later release
+    /// of its own carries them further.
+    pub(crate) fn proxy_fence(&self, at: Place, writer: u64) {
+        if !self.active() {
+            return;
+        }
+        let mut t = lock(&self.table);
+        let key = Within::AsyncProxy(at.rank);
+        let Some(list) = t.scopes.remove(&key) else { return };
+        let (handed, kept): (Vec<_>, Vec<_>) = list.into_iter().partition(|&(_, _, w)| w == writer);
+        if !kept.is_empty() {
+            t.scopes.insert(key, kept);
+        }
+        let block = Within::Block { rank: at.rank, block: at.block };
+        for (s, word, w) in handed {
+            if let Some(v) = t.words.get_mut(&word).and_then(|l| l.iter_mut().find(|v| v.seq == s)) {
+                v.within = block;
+                t.scopes.entry(block).or_default().push((s, word, w));
+            }
+        }
+        self.published(&t);
+    }
+
     /// What a tracked load of `width` bytes at `addr` by a thread at `at` reads, if a veil decides it
     /// (`None`: memory); `draw` is the reader's random stream.
     pub(crate) fn read(&self, addr: usize, width: usize, at: Place, draw: impl FnMut() -> u64) -> Option<u64> {
@@ -259,6 +301,35 @@ impl Veils {
         }
         self.published(&t);
         shown
+    }
+
+    /// What a reader at `at` sees of the aligned 8-byte word at `word` if veils decide some of its bytes
+    /// (`None`: memory), for a reader of whole words over stores of any width (the async proxy's bulk
+    /// loads): each veiled store of the word shows its old value as [`read`](Self::read) would show it to a
+    /// load of exactly its bytes, without lifting the veils of the word's other bytes.
+    pub(crate) fn read_word(&self, word: usize, at: Place, draw: impl FnMut() -> u64) -> Option<u64> {
+        if !self.active() {
+            return None;
+        }
+        let stores: Vec<(usize, usize)> = {
+            let t = lock(&self.table);
+            let Some(list) = t.words.get(&word) else { return None };
+            let mut stores: Vec<(usize, usize)> = list.iter().map(|v| (v.addr, v.width)).collect();
+            stores.sort_unstable();
+            stores.dedup();
+            stores
+        };
+        let mut draw = draw;
+        let mut bytes = load(word, 8).to_le_bytes();
+        let mut shown = false;
+        for (addr, width) in stores {
+            if let Some(old) = self.read(addr, width, at, &mut draw) {
+                let at = addr - word;
+                bytes[at..at + width].copy_from_slice(&old.to_le_bytes()[..width]);
+                shown = true;
+            }
+        }
+        shown.then(|| u64::from_le_bytes(bytes))
     }
 
     /// Bytes `lo..hi` are about to be written (or read and written) through the library: veils over them
@@ -321,6 +392,38 @@ mod tests {
         veils.release(Scope::Sys, at(0, 3), writer_id(0, 3, 0), veils.now());
         assert!(!veils.active());
         assert_eq!(veils.read(addr, 8, at(1, 1), never), None);
+    }
+
+    #[test]
+    fn the_async_proxy_sees_no_block_or_rank_scope_and_its_own_stores_until_a_proxy_fence() {
+        let words = Box::new([AtomicU64::new(5), AtomicU64::new(0)]);
+        let (a, b) = (words[0].as_ptr() as usize, words[1].as_ptr() as usize);
+        let veils = Veils::default();
+        let never = || 1;
+        // A generic store released to its rank: the rank's threads see it, its async proxy does not.
+        veils.publish((a, 8, 9), Within::Rank(0), writer_id(0, 1, 0), || words[0].store(9, Ordering::Relaxed));
+        assert_eq!(veils.read(a, 8, at(0, 2), never), None);
+        assert_eq!(veils.read_word(a, async_proxy(0), never), Some(5));
+        // Half a word veiled: the async proxy's whole-word read shows that half's old bytes only.
+        veils.publish((b + 4, 4, 7), Within::Rank(0), 0, || {
+            // SAFETY: the upper half of the live, aligned word `b`.
+            unsafe { AtomicU32::from_ptr((b + 4) as *mut u32) }.store(7, Ordering::Relaxed)
+        });
+        assert_eq!(veils.read_word(b, async_proxy(0), never), Some(0));
+        // A bulk store by thread 3 of block 1: its rank's async proxy sees it, no thread's loads do, until
+        // thread 3's proxy fence hands it to block 1; another thread's fence does not.
+        veils.overwrite(a, a + 16);
+        veils.publish((a, 8, 11), Within::AsyncProxy(0), writer_id(0, 1, 3), || words[0].store(11, Ordering::Relaxed));
+        assert_eq!(veils.read_word(a, async_proxy(0), never), None);
+        assert_eq!(veils.read(a, 8, at(0, 1), never), Some(9));
+        veils.proxy_fence(at(0, 1), writer_id(0, 1, 4));
+        assert_eq!(veils.read(a, 8, at(0, 1), never), Some(9));
+        veils.proxy_fence(at(0, 1), writer_id(0, 1, 3));
+        assert_eq!(veils.read(a, 8, at(0, 1), never), None);
+        assert_eq!(veils.read(a, 8, at(0, 2), never), Some(9));
+        // Its release of `.sys` after the fence carries it to everyone.
+        veils.release(Scope::Sys, at(0, 1), writer_id(0, 1, 3), 0);
+        assert_eq!(veils.read(a, 8, at(1, 0), never), None);
     }
 
     #[test]

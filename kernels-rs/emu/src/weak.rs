@@ -226,6 +226,34 @@ pub(crate) fn release(t: &ThreadState, scope: Scope) {
     }
 }
 
+/// `fence.proxy.async` (generic or `.global`) by `t`, between its generic accesses and the async proxy's:
+/// its buffered stores reach memory and the veils it could have observed lift (a release of `.sys`, which
+/// shows them to the TMA's reads; wider than the fence, so it may hide a narrow generic release, never
+/// invent one), and its completed bulk stores become visible to its block's generic loads.
+pub(crate) fn proxy_fence(t: &ThreadState) {
+    if !t.weak.on {
+        return;
+    }
+    release(t, Scope::Sys);
+    veils(t).proxy_fence(check::place(t), writer(t));
+}
+
+/// What the async proxy of `t`'s rank reads of the aligned 8-byte word at `word` if veils decide some of
+/// its bytes; `None`: memory.
+pub(crate) fn async_read(t: &ThreadState, word: usize) -> Option<u64> {
+    veils(t).read_word(word, veil::async_proxy(t.launch.ctx.rank), || t.weak.draw())
+}
+
+/// A bulk store of `t` wrote `value` to the 8 bytes at `addr` (`store` writes memory): visible to the async
+/// proxy of its rank only, until `t`'s `fence.proxy.async` (see [`proxy_fence`]).
+pub(crate) fn async_write(t: &ThreadState, addr: usize, value: u64, store: impl FnOnce()) {
+    if !t.weak.on {
+        store();
+        return;
+    }
+    veils(t).publish((addr, 8, value), Within::AsyncProxy(t.launch.ctx.rank), writer(t), store);
+}
+
 /// `t` acquired (an acquire load or read-modify-write, a fence, a barrier): a release of its own from now
 /// on carries what was visible to it so far.
 pub(crate) fn acquired(t: &ThreadState) {
