@@ -19,6 +19,22 @@ fn team(world: usize) -> Team {
     Team::builder().backend(Backend::Emulator).world(world).timeout(EMULATED_LIMIT).build().expect("emulated team")
 }
 
+/// How late a late rank is: long against an emulated launch's own work, so its peers run ahead of it as far
+/// as their waits let them, every time.
+const LATE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A team whose rank `late` starts every launch, and raises every signal, [`LATE`]: a wait that does not
+/// wait for this launch's signal (a stale epoch, a value one short) reads before the late rank's data is there.
+fn team_with_late_rank(world: usize, late: usize) -> Team {
+    Team::builder()
+        .backend(Backend::Emulator)
+        .world(world)
+        .timeout(EMULATED_LIMIT)
+        .emulator_late_rank(late, LATE)
+        .build()
+        .expect("emulated team")
+}
+
 fn check(result: Result<(), VerifyError>) {
     if let Err(e) = result {
         panic!("{e}");
@@ -517,6 +533,43 @@ fn tensor_parallel_shapes_the_kernels_cannot_run_are_refused() {
     ] {
         assert!(matches!(comm.tp_plan(shape), Err(CommError::BadShape { .. })), "{shape:?} was accepted");
     }
+}
+
+#[test]
+fn tensor_parallel_decode_waits_for_a_late_rank() {
+    // Each rank's reduction reads its peers' partial sums once they say `ready`; a rank that read rank 1's
+    // before its GEMV of this round wrote them would get the last round's (the activations change).
+    use ferrocomm_kernels::{TpShape, TpVariant};
+    let team = team_with_late_rank(2, 1);
+    let mut comm = Communicator::new(&team).unwrap();
+    for variant in [TpVariant::ThreeKernels, TpVariant::TwoKernels, TpVariant::Fused] {
+        check(verify::tp_decode(&mut comm, TpShape { tokens: 3, hidden: 264, k: 32 }, variant, 5));
+    }
+}
+
+#[test]
+fn a_captured_two_kernel_step_waits_for_a_late_rank_s_partial_sums() {
+    // Another step, then the checked one, in one graph: no host wait between a GEMV and the reduction that
+    // reads its peers' partial sums once they say `ready`. Had the reduction read rank 1's (late) before this
+    // step's GEMV wrote them, it would have summed the other step's.
+    use ferrocomm::SymBuffer;
+    use ferrocomm_kernels::{TpShape, TpVariant};
+    let team = team_with_late_rank(2, 1);
+    let mut comm = Communicator::new(&team).unwrap();
+    let shape = TpShape { tokens: 3, hidden: 264, k: 32 };
+    let mut other_x = SymBuffer::<bf16>::new(&team, shape.tokens * shape.k_local(2)).unwrap();
+    other_x.fill(bf16::from_f32(0.5)).unwrap();
+    let mut other_out = SymBuffer::<bf16>::new(&team, shape.tokens * shape.hidden).unwrap();
+    let name = "TwoKernels, captured after another step";
+    check(verify::tp_decode_by(&mut comm, shape, name, 11, |comm, decode, inputs, out| -> Result<(), VerifyError> {
+        let (w, residual, gamma) = (inputs.w, inputs.residual, inputs.gamma);
+        let graph = comm.capture(|c| {
+            decode.step(c, TpVariant::TwoKernels, &other_x, w, residual, gamma, &mut other_out)?;
+            decode.step(c, TpVariant::TwoKernels, inputs.x, w, residual, gamma, out)
+        })?;
+        graph.replay()?.wait()?;
+        Ok(())
+    }));
 }
 
 #[test]

@@ -48,6 +48,7 @@ pub mod weak;
 use ferrocomm_abi::LaunchCtx;
 
 pub use check::Issued;
+pub use schedule::LateRank;
 pub use team::{TeamLaunch, Timeline};
 
 /// Most GPU threads one emulated launch may have (one host thread each).

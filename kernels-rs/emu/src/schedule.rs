@@ -75,17 +75,36 @@ pub(crate) fn next_launch_seed() -> u64 {
     mix(base ^ mix(n))
 }
 
+/// A rank that is late to everything: each of its threads starts `delay` late in every launch, waits
+/// `delay` before each release wider than its block (a signal raise, a release store or read-modify-write,
+/// a `.gpu` or `.sys` fence), and goes on `delay` after each signal wait returns. Its peers run ahead of it
+/// as far as their waits let them, so a wait that does not really wait (on the wrong epoch, the wrong
+/// value) lets a peer read before the late rank's data is there, and a peer that reuses a buffer too soon
+/// overwrites what the late rank has yet to read — stale values, or the checker's finding — where a seeded
+/// pause would only sometimes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LateRank {
+    /// The rank.
+    pub rank: u32,
+    /// How late: long against a launch's own work on the emulator (milliseconds).
+    pub delay: Duration,
+}
+
 /// One emulated thread's stream of scheduling decisions.
 #[derive(Debug)]
 pub(crate) struct Pauses {
     state: Cell<u64>,
+    /// `Some`: this thread is of the launch's late rank, this late.
+    late: Option<Duration>,
 }
 
 impl Pauses {
-    /// The stream of the thread `linear_tid` of block `linear_block` of rank `rank` in a launch of `seed`.
-    pub(crate) fn new(seed: u64, rank: u32, linear_block: u32, linear_tid: u32) -> Pauses {
+    /// The stream of the thread `linear_tid` of block `linear_block` of rank `rank` in a launch of `seed`,
+    /// which `late` may name as its late rank.
+    pub(crate) fn new(seed: u64, rank: u32, linear_block: u32, linear_tid: u32, late: Option<LateRank>) -> Pauses {
         let who = u64::from(rank) << 48 ^ u64::from(linear_block) << 24 ^ u64::from(linear_tid);
-        Pauses { state: Cell::new(mix(seed ^ mix(who))) }
+        let late = late.filter(|l| l.rank == rank).map(|l| l.delay);
+        Pauses { state: Cell::new(mix(seed ^ mix(who))), late }
     }
 
     fn draw(&self) -> u64 {
@@ -97,9 +116,26 @@ impl Pauses {
     /// At a thread's start: a quarter of the threads start up to a millisecond late, so that which lanes and
     /// blocks arrive first changes from seed to seed.
     pub(crate) fn at_start(&self) {
+        self.be_late();
         let r = self.draw();
         if r.is_multiple_of(4) {
             std::thread::sleep(Duration::from_micros((r >> 8) % 1000));
+        }
+    }
+
+    /// Before a release wider than the thread's block: the late rank's threads wait.
+    pub(crate) fn before_wide_release(&self) {
+        self.be_late();
+    }
+
+    /// After a signal wait returned: the late rank's threads wait before reading what it ordered.
+    pub(crate) fn after_wait(&self) {
+        self.be_late();
+    }
+
+    fn be_late(&self) {
+        if let Some(delay) = self.late {
+            std::thread::sleep(delay);
         }
     }
 
@@ -130,19 +166,19 @@ mod tests {
     fn one_seed_gives_every_thread_the_same_stream_and_threads_differ() {
         let a: Vec<u64> = (0..8)
             .map({
-                let p = Pauses::new(7, 1, 2, 3);
+                let p = Pauses::new(7, 1, 2, 3, None);
                 move |_| p.draw()
             })
             .collect();
         let b: Vec<u64> = (0..8)
             .map({
-                let p = Pauses::new(7, 1, 2, 3);
+                let p = Pauses::new(7, 1, 2, 3, None);
                 move |_| p.draw()
             })
             .collect();
         let other: Vec<u64> = (0..8)
             .map({
-                let p = Pauses::new(7, 1, 2, 4);
+                let p = Pauses::new(7, 1, 2, 4, None);
                 move |_| p.draw()
             })
             .collect();

@@ -11,7 +11,7 @@ use super::EmuError;
 use super::block::lock;
 use super::check::{Checker, Geometry, History};
 use super::launch::{self, check_dims};
-use super::schedule;
+use super::schedule::{self, LateRank};
 use super::veil::Veils;
 use ferrocomm_abi::LaunchCtx;
 
@@ -47,6 +47,8 @@ pub(crate) struct Session {
     pub(crate) weak: bool,
     /// The stores some threads of the launch see and others do not yet (see `veil`).
     pub(crate) veils: Veils,
+    /// The rank that is late to everything in this launch, if any (see [`LateRank`]).
+    pub(crate) late: Option<LateRank>,
     /// Counts every thread start and end, when someone watches the launch's progress.
     progress: OnceLock<Arc<AtomicU64>>,
     ranks: Mutex<Ranks>,
@@ -85,6 +87,7 @@ impl Session {
             seed,
             weak,
             veils: Veils::default(),
+            late: timeline.late,
             progress,
             ranks: Mutex::new(ranks),
         }
@@ -259,6 +262,8 @@ pub struct Timeline {
     world: u32,
     /// The checker's state the launches share; `None` when they are not checked.
     history: Option<Arc<History>>,
+    /// The rank that is late to everything in every launch, if any.
+    late: Option<LateRank>,
 }
 
 impl Timeline {
@@ -269,7 +274,15 @@ impl Timeline {
 
     /// As [`new`](Timeline::new), with the checker on or off as `checked` says.
     pub fn with_checker(world: u32, checked: bool) -> Timeline {
-        Timeline { world, history: checked.then(|| Arc::new(History::new(world))) }
+        Timeline { world, history: checked.then(|| Arc::new(History::new(world))), late: None }
+    }
+
+    /// The same timeline with `late` late to everything in every launch (see [`LateRank`]): a test of the
+    /// waits that order one rank's data before its peers' reads.
+    #[must_use]
+    pub fn with_late_rank(mut self, late: LateRank) -> Timeline {
+        self.late = Some(late);
+        self
     }
 
     /// The next launch of the team: `grid` × `block` with `dynamic_shared_bytes` per block on every rank.

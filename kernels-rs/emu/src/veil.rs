@@ -313,7 +313,7 @@ impl Veils {
         }
         let stores: Vec<(usize, usize)> = {
             let t = lock(&self.table);
-            let Some(list) = t.words.get(&word) else { return None };
+            let list = t.words.get(&word)?;
             let mut stores: Vec<(usize, usize)> = list.iter().map(|v| (v.addr, v.width)).collect();
             stores.sort_unstable();
             stores.dedup();

@@ -11,7 +11,7 @@ use ferrocomm_device::prelude::*;
 use ferrocomm_device::vector::{Vectors, VectorsMut};
 use ferrocomm_kernels::{Algorithm, CommError, Communicator, Op, Route};
 
-use super::team;
+use super::{team, team_with_late_rank};
 
 /// The kernels of this file have no PTX: they run on the emulator only.
 static EMU_ONLY: KernelModule = KernelModule::new("collectives_emulated", &[]);
@@ -116,18 +116,62 @@ fn a_get_between_puts_into_its_source_by_loads_and_stores() {
     // The same with the TMA off: every thread of a put's block stores, so each must wait for the block's
     // leader to see the target's `ready` (the TMA path's own barrier hides that one).
     let team = team(3);
-    let tuning = ferrocomm_kernels::Tuning { bulk_stage_bytes: 0, ..ferrocomm_kernels::Tuning::emulator() };
-    get_between_puts_into_its_source(&mut Communicator::with_tuning(&team, tuning).unwrap());
+    get_between_puts_into_its_source(&mut Communicator::with_tuning(&team, without_the_tma()).unwrap());
+}
+
+#[test]
+fn a_get_from_a_late_source_waits_for_its_ready() {
+    // The source (rank 1) is late to everything: a get that did not wait for this launch's `ready` would
+    // read its copy before the first put filled it.
+    let team = team_with_late_rank(3, 1);
+    get_between_puts_into_its_source(&mut Communicator::new(&team).unwrap());
+}
+
+#[test]
+fn two_gets_from_a_late_source_that_rewrites_it_between_them() {
+    // Rank 0 gets rank 1's `shared`, rank 1 rewrites it in a kernel of its own, rank 0 gets it again. The
+    // second get's wait for rank 1's `ready` is all that orders its reads after the rewrite: a wait the first
+    // get's `ready` already met would read the old data while rank 1 (late) has yet to write the new.
+    let team = team_with_late_rank(3, 1);
+    let mut comm = Communicator::new(&team).unwrap();
+    let (mut shared, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
+    let (mut got1, mut got2) = (SymBuffer::<u32>::new(&team, LEN).unwrap(), SymBuffer::<u32>::new(&team, LEN).unwrap());
+    replay(&mut comm, |c| {
+        drop(c.get(&mut got1, &shared, Route::Pair { from: 0, to: 1 })?);
+        consume_into(c.team(), &second, &mut shared)?;
+        drop(c.get(&mut got2, &shared, Route::Pair { from: 0, to: 1 })?);
+        Ok(())
+    });
+    assert_eq!(got1.to_host(0).unwrap(), pattern(1, 1, LEN));
+    assert_eq!(got2.to_host(0).unwrap(), pattern(2, 1, LEN));
+}
+
+/// The emulator tuning with the TMA off: every thread of a block stores its share of a put itself.
+fn without_the_tma() -> ferrocomm_kernels::Tuning {
+    ferrocomm_kernels::Tuning { bulk_stage_bytes: 0, ..ferrocomm_kernels::Tuning::emulator() }
 }
 
 #[test]
 fn an_all_gather_then_a_kernel_reading_it_then_an_all_gather_again() {
     let team = team(3);
-    let mut comm = Communicator::new(&team).unwrap();
-    let (first, second) = (filled(&team, 1, LEN), filled(&team, 2, LEN));
-    let mut gathered = SymBuffer::<u32>::new(&team, 3 * LEN).unwrap();
-    let (mut out1, mut out2) = (SymBuffer::new(&team, 3 * LEN).unwrap(), SymBuffer::new(&team, 3 * LEN).unwrap());
-    replay(&mut comm, |c| {
+    all_gathers_around_a_kernel_reading_them(&mut Communicator::new(&team).unwrap());
+}
+
+#[test]
+fn an_all_gather_then_a_kernel_reading_it_then_an_all_gather_again_by_loads_and_stores() {
+    // Without the TMA every thread of a block stores into the peers' buffers, not only the thread that
+    // waited for their `ready`: the block barrier after the waits must order them all.
+    let team = team(3);
+    all_gathers_around_a_kernel_reading_them(&mut Communicator::with_tuning(&team, without_the_tma()).unwrap());
+}
+
+/// All-gather, read the result in a kernel, all-gather other data into the same buffer, read it again.
+fn all_gathers_around_a_kernel_reading_them(comm: &mut Communicator<'_>) {
+    let team = comm.team();
+    let (first, second) = (filled(team, 1, LEN), filled(team, 2, LEN));
+    let mut gathered = SymBuffer::<u32>::new(team, 3 * LEN).unwrap();
+    let (mut out1, mut out2) = (SymBuffer::new(team, 3 * LEN).unwrap(), SymBuffer::new(team, 3 * LEN).unwrap());
+    replay(comm, |c| {
         drop(c.all_gather(&first, &mut gathered)?);
         consume_into(c.team(), &gathered, &mut out1)?;
         drop(c.all_gather(&second, &mut gathered)?);
@@ -160,8 +204,7 @@ fn a_two_shot_all_reduce_then_a_kernel_reading_the_result() {
     }
 }
 
-fn unsignalled_put_then_read(barrier: bool) -> Result<Vec<u32>, Error> {
-    let team = team(2);
+fn unsignalled_put_then_read(barrier: bool, team: Team) -> Result<Vec<u32>, Error> {
     let mut comm = Communicator::new(&team).unwrap();
     let src = filled(&team, 1, LEN);
     let mut dst = SymBuffer::<u32>::new(&team, LEN).unwrap();
@@ -183,12 +226,19 @@ fn unsignalled_put_then_read(barrier: bool) -> Result<Vec<u32>, Error> {
 
 #[test]
 fn a_barrier_orders_a_kernel_s_puts_before_the_next_kernel_s_reads() {
-    assert_eq!(unsignalled_put_then_read(true).unwrap(), pattern(1, 0, LEN));
+    assert_eq!(unsignalled_put_then_read(true, team(2)).unwrap(), pattern(1, 0, LEN));
+}
+
+#[test]
+fn a_barrier_waits_for_a_late_rank_s_puts() {
+    // The putter (rank 0) is late to everything: a barrier that let rank 1 through on an earlier epoch's
+    // arrival would have it read before the put.
+    assert_eq!(unsignalled_put_then_read(true, team_with_late_rank(2, 0)).unwrap(), pattern(1, 0, LEN));
 }
 
 #[test]
 fn without_the_barrier_the_checker_reports_the_read() {
-    let e = unsignalled_put_then_read(false).unwrap_err();
+    let e = unsignalled_put_then_read(false, team(2)).unwrap_err();
     let errors = e.device_errors();
     assert!(errors.iter().any(|d| matches!(d, DeviceError::Race { rank: 1, writer, .. } if writer.rank == 0)), "{e}");
 }
@@ -228,11 +278,21 @@ fn a_put_into_a_buffer_an_earlier_kernel_reads_needs_a_handshake() {
 fn a_ping_pong_then_kernels_reading_what_each_side_received() {
     // The flags' release/acquire order each payload before the flag that announces it, so a later kernel
     // on either side may read its inbox.
+    ping_pong_then_read_what_each_side_received(team(2));
+}
+
+#[test]
+fn a_ping_pong_with_a_late_responder() {
+    // The responder (rank 1) raises each flag late: an initiator that stopped waiting one message short
+    // would read its inbox before the last reply is announced.
+    ping_pong_then_read_what_each_side_received(team_with_late_rank(2, 1));
+}
+
+fn ping_pong_then_read_what_each_side_received(team: Team) {
     use ferrocomm::SignalPadBuffer;
     use ferrocomm_kernels::kernels::p2p;
     use ferrocomm_kernels::layout::p2p_pad;
 
-    let team = team(2);
     let mut comm = Communicator::new(&team).unwrap();
     let pad = SignalPadBuffer::new(&team, "ping", p2p_pad::SIGNALS).unwrap();
     let bytes_of = |r: usize| -> Vec<u8> { (0..40).map(|i| (r * 50 + i) as u8).collect() };
@@ -256,6 +316,18 @@ fn a_ping_pong_then_kernels_reading_what_each_side_received() {
 fn proxied_puts_then_a_kernel_reading_what_landed() {
     // A host proxy copies for the pushing thread (on the emulator a `memcpy` and a release store): the
     // receiver's wait on the last put's signal orders the copies before its later kernels.
+    proxied_puts_then_read_what_landed(team(2));
+}
+
+#[test]
+fn proxied_puts_from_a_late_sender() {
+    // The sender (rank 0) pushes each descriptor late, so the proxy's puts land one by one: a receiver that
+    // waited for a put short of the last would go on while the last is still to land, unordered before its
+    // next kernel's reads.
+    proxied_puts_then_read_what_landed(team_with_late_rank(2, 0));
+}
+
+fn proxied_puts_then_read_what_landed(team: Team) {
     use std::sync::Arc;
 
     use ferrocomm::SignalPadBuffer;
@@ -263,7 +335,6 @@ fn proxied_puts_then_a_kernel_reading_what_landed() {
     use ferrocomm_bench::ferro::ring::Rings;
     use ferrocomm_kernels::kernels::proxy::{proxy_pad, proxy_put};
 
-    let team = team(2);
     let mut comm = Communicator::new(&team).unwrap();
     let rings = Arc::new(Rings::host(2, 4).unwrap());
     // SAFETY: the proxy serves `rings` only while this test's buffers live; the kernel puts between them
@@ -284,4 +355,40 @@ fn proxied_puts_then_a_kernel_reading_what_landed() {
         consume_into(c.team(), &dst, &mut out)
     });
     assert_eq!(out.to_host(1).unwrap(), bytes_of(0));
+}
+
+#[test]
+fn one_shot_all_reduces_and_staged_exchanges_alternate_with_a_late_rank() {
+    // The one-shot all-reduce and the staged exchange share the staging buffer and its signal pad, one launch
+    // epoch after the other, each writing the half of the epoch's parity: a rank that has finished one may
+    // write the next into the half its late peer is still to read only if the two agree on the parity.
+    let team = team_with_late_rank(2, 1);
+    let mut comm = Communicator::new(&team).unwrap();
+    // 100 elements of 4 bytes: past the LL sizes, within a staging slot (the emulator tuning).
+    const N: usize = 100;
+    let values = |k: usize, r: usize| -> Vec<f32> { (0..N).map(|i| (k * 1000 + r * 100 + i) as f32).collect() };
+    let mut sums: Vec<SymBuffer<f32>> = (0..3).map(|_| SymBuffer::new(&team, N).unwrap()).collect();
+    for (k, sum) in sums.iter_mut().enumerate() {
+        for r in 0..2 {
+            sum.copy_from_host(r, &values(k, r)).unwrap();
+        }
+    }
+    let sources: Vec<SymBuffer<u32>> = (0..3).map(|k| filled(&team, k as u32 + 1, N)).collect();
+    let mut gathered: Vec<SymBuffer<u32>> = (0..3).map(|_| SymBuffer::new(&team, 2 * N).unwrap()).collect();
+    assert_eq!(comm.exchange_transport(N * 4), ferrocomm_kernels::ExchangeTransport::Staged);
+    replay(&mut comm, |c| {
+        for ((sum, source), gathered) in sums.iter_mut().zip(&sources).zip(&mut gathered) {
+            drop(c.all_reduce_with(sum, Op::Sum, Algorithm::OneShot)?);
+            drop(c.all_gather(source, gathered)?);
+        }
+        Ok(())
+    });
+    for k in 0..3 {
+        let want: Vec<f32> = (0..N).map(|i| values(k, 0)[i] + values(k, 1)[i]).collect();
+        let want_gathered: Vec<u32> = (0..2).flat_map(|r| pattern(k as u32 + 1, r, N)).collect();
+        for r in 0..2 {
+            assert_eq!(sums[k].to_host(r).unwrap(), want, "all-reduce {k}, rank {r}");
+            assert_eq!(gathered[k].to_host(r).unwrap(), want_gathered, "all-gather {k}, rank {r}");
+        }
+    }
 }

@@ -10,7 +10,7 @@ use ferrocomm_bootstrap::JobEnv;
 use std::time::Duration;
 
 use crate::cuda::CudaTeam;
-use crate::emu::{EmuTeam, PrivateHeap};
+use crate::emu::{EmuTeam, EmulatorOptions, PrivateHeap};
 use crate::error::Error;
 use crate::exec::{Exec, SymmetricHeap};
 use crate::system;
@@ -19,6 +19,7 @@ use crate::team::{
     TeamShared, WORLD_ENV,
 };
 use crate::trace::TraceConfig;
+use ferrocomm_device::emu::LateRank;
 
 /// Making a team (the core's `Team` knows no backend: this module chooses them).
 impl Team {
@@ -62,7 +63,7 @@ pub struct TeamBuilder {
     world: Option<usize>,
     ranks_per_gpu: Option<usize>,
     timeout: Option<Duration>,
-    emulator_checker: Option<bool>,
+    emulator: EmulatorOptions,
     programmatic_launch: Option<bool>,
     job: Option<JobEnv>,
     single_process: bool,
@@ -142,7 +143,17 @@ impl TeamBuilder {
     /// signals no rank raised and mismatched barrier epochs as device errors. Turn it off for kernels that
     /// race on purpose (a weakened litmus test). GPUs ignore it.
     pub fn emulator_checker(mut self, on: bool) -> Self {
-        self.emulator_checker = Some(on);
+        self.emulator.checker = Some(on);
+        self
+    }
+
+    /// On the emulator, makes rank `rank` late to everything: its threads start every launch `delay` late
+    /// and wait `delay` before each release that reaches beyond their block (signal raises, release stores,
+    /// `.gpu` and `.sys` fences). Its peers run ahead as far as their waits let them, so a wait on a stale
+    /// epoch or value reads before the late rank's data is there, every time; a test of a kernel's waits.
+    /// GPUs ignore it.
+    pub fn emulator_late_rank(mut self, rank: usize, delay: Duration) -> Self {
+        self.emulator.late = Some(LateRank { rank: rank as u32, delay });
         self
     }
 
@@ -225,7 +236,7 @@ impl TeamBuilder {
             }
             // The plan for this process's one rank: its backend, the GPUs it may pick from, the timeout.
             let plan = self.clone().world_unset().plan(env, || system::driver().map(|d| d.gpu_count))?;
-            return process::create(plan, &job, self.ranks_per_gpu, self.emulator_checker, env);
+            return process::create(plan, &job, self.ranks_per_gpu, self.emulator, env);
         }
         let plan = self.plan(env, || system::driver().map(|d| d.gpu_count))?;
         tracing::info!(
@@ -236,7 +247,7 @@ impl TeamBuilder {
             plan.backend,
             plan.why
         );
-        create(plan, self.emulator_checker)
+        create(plan, self.emulator)
     }
 
     /// Resolves the builder against an environment and a GPU probe (both injected so tests need neither).
@@ -401,7 +412,7 @@ fn layout(
     Ok((gpus, k))
 }
 
-fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
+fn create(plan: Plan, emulator: EmulatorOptions) -> Result<Team, Error> {
     let world = plan.devices.len();
     let local: Vec<usize> = (0..world).collect();
     if plan.nvshmem && world != 1 {
@@ -424,7 +435,7 @@ fn create(plan: Plan, emulator_checker: Option<bool>) -> Result<Team, Error> {
                 .collect();
             Box::new(CudaTeam::new(&plan.gpus, &rank_gpu, plan.programmatic_launch)?)
         }
-        Backend::Emulator => Box::new(EmuTeam::new(&local, emulator_checker, Box::new(PrivateHeap))?),
+        Backend::Emulator => Box::new(EmuTeam::new(&local, emulator, Box::new(PrivateHeap))?),
     };
     // One PE alone: its own unique id, no exchange.
     let nvshmem: Option<Box<dyn SymmetricHeap>> = if plan.nvshmem {

@@ -8,7 +8,7 @@ use ferrocomm_bootstrap::JobEnv;
 
 use super::Plan;
 use crate::cuda::CudaTeam;
-use crate::emu::{EmuTeam, SharedHeap};
+use crate::emu::{EmuTeam, EmulatorOptions, SharedHeap};
 use crate::error::Error;
 use crate::exec::{Exec, SymmetricHeap};
 use crate::process::{ProcessGroup, rendezvous_timeout};
@@ -20,7 +20,7 @@ pub(crate) fn create(
     plan: Plan,
     job: &JobEnv,
     ranks_per_gpu: Option<usize>,
-    emulator_checker: Option<bool>,
+    emulator: EmulatorOptions,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Team, Error> {
     let ranks_per_gpu = match ranks_per_gpu {
@@ -49,7 +49,7 @@ pub(crate) fn create(
             (Box::new(exec), Device::Cuda { ordinal })
         }
         Backend::Emulator => {
-            let exec = EmuTeam::new(&[rank], emulator_checker, Box::new(SharedHeap::default()))?;
+            let exec = EmuTeam::new(&[rank], emulator, Box::new(SharedHeap::default()))?;
             (Box::new(exec), Device::Emulated { gpu: rank })
         }
     };

@@ -12,7 +12,9 @@ use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
-use ferrocomm_device::emu::{EmuError, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch, Timeline};
+use ferrocomm_device::emu::{
+    EmuError, LateRank, MAX_BLOCK_THREADS, MAX_DYNAMIC_SHARED_BYTES, MAX_THREADS, TeamLaunch, Timeline,
+};
 
 mod heap;
 
@@ -53,6 +55,15 @@ pub(crate) struct Copy {
     bytes: usize,
 }
 
+/// What a team's builder asks of the emulator (`TeamBuilder::emulator_*`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EmulatorOptions {
+    /// Whether the checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
+    pub checker: Option<bool>,
+    /// A rank late to everything (`TeamBuilder::emulator_late_rank`).
+    pub late: Option<LateRank>,
+}
+
 /// The emulator half of a team.
 #[derive(Debug)]
 pub(crate) struct EmuTeam {
@@ -62,8 +73,8 @@ pub(crate) struct EmuTeam {
     /// Thread starts and ends of every launch (see `Exec::progress`).
     progress: Arc<AtomicU64>,
     recording: Mutex<Option<Vec<Recorded>>>,
-    /// Whether the emulator's checker watches launches (`None`: its default, `FERROCOMM_EMU_CHECK`).
-    checker: Option<bool>,
+    /// What the team's builder asked of the emulator.
+    options: EmulatorOptions,
     /// The team's launches, in the order they were queued (made at the first launch, which knows the
     /// team's size).
     timeline: OnceLock<Timeline>,
@@ -84,8 +95,8 @@ impl Pointers {
 
 impl EmuTeam {
     /// Starts one worker thread for each of `ranks` (the team's local ranks), whose memory comes from
-    /// `heap`; `checker` overrides whether the emulator's checker runs.
-    pub fn new(ranks: &[usize], checker: Option<bool>, heap: Box<dyn Heap>) -> Result<EmuTeam, Error> {
+    /// `heap`, run as `options` say.
+    pub fn new(ranks: &[usize], options: EmulatorOptions, heap: Box<dyn Heap>) -> Result<EmuTeam, Error> {
         let ranks = ranks
             .iter()
             .map(|&rank| {
@@ -116,7 +127,7 @@ impl EmuTeam {
             heap,
             progress: Arc::new(AtomicU64::new(0)),
             recording: Mutex::new(None),
-            checker,
+            options,
             timeline: OnceLock::new(),
         })
     }
@@ -169,9 +180,14 @@ impl EmuTeam {
             return Ok(());
         }
         let (world, shared_bytes) = (team.world() as u32, cfg.shared_bytes as usize);
-        let timeline = self
-            .timeline
-            .get_or_init(|| Timeline::with_checker(world, self.checker.unwrap_or_else(TeamLaunch::checked_by_default)));
+        let timeline = self.timeline.get_or_init(|| {
+            let timeline =
+                Timeline::with_checker(world, self.options.checker.unwrap_or_else(TeamLaunch::checked_by_default));
+            match self.options.late {
+                Some(late) => timeline.with_late_rank(late),
+                None => timeline,
+            }
+        });
         // A team whose ranks all live here is one team launch, so the checker sees every rank; a rank whose
         // peers run in other processes is checked on its own.
         let whole = (team.local().len() == team.world()).then(|| timeline.launch(cfg.grid, cfg.block, shared_bytes));

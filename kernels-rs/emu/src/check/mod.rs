@@ -419,6 +419,9 @@ where
             }
         }
         AtomicOp::Store(o) | AtomicOp::Rmw(o) | AtomicOp::Cas { success: o, .. } if releases(o) => {
+            if scope != Scope::Cta {
+                t.pauses.before_wide_release();
+            }
             weak::release(&t, scope);
             weak::before_rmw(&t, addr, width);
         }
@@ -494,6 +497,9 @@ pub(crate) fn drained_store(t: &ThreadState, addr: usize, scope: Scope, f: impl 
 /// first; a system-scope one also completes this thread's non-blocking puts.
 pub fn fence(scope: Scope) {
     if let Some(t) = thread::try_current() {
+        if scope != Scope::Cta {
+            t.pauses.before_wide_release();
+        }
         weak::fence(&t, scope);
     }
     with(|checker, t, tc| {
@@ -671,6 +677,7 @@ impl SignalWait {
 impl Drop for SignalWait {
     fn drop(&mut self) {
         with(|_, _, tc| tc.signal_wait = None);
+        thread::with_current(|t| t.pauses.after_wait());
     }
 }
 
