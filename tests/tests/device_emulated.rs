@@ -483,8 +483,8 @@ fn a_panic_is_recorded_with_its_location_and_traps_the_launch() {
     let line = source_line("// PANIC-LINE");
     let o = &outcomes[0];
     match &o.result {
-        Err(EmuError::Trapped { block, thread, line: l, message, .. }) => {
-            assert_eq!((*block, *thread, *l), ([0, 0, 0], [6, 0, 0], line));
+        Err(EmuError::Trapped { at, line: l, message, .. }) => {
+            assert_eq!((at.block, at.thread, *l), ([0, 0, 0], [6, 0, 0], line));
             assert!(message.contains("index out of bounds"), "{message}");
         }
         other => panic!("expected a trapped launch, got {other:?}"),

@@ -201,9 +201,9 @@ impl Mail {
 /// The reader's side of a race: who read, where in the source, and what.
 fn race_of(e: &DeviceError) -> (usize, [u32; 3], [u32; 3], &BufferRef, GpuThread, u32) {
     match e {
-        DeviceError::Race { rank, block, thread, buffer, writer, location, .. } => {
+        DeviceError::Race { at, buffer, writer, location, .. } => {
             assert!(location.file.ends_with("emulator_checker.rs"), "{location}");
-            (*rank, *block, *thread, buffer, *writer, location.line)
+            (at.rank, at.block, at.thread, buffer, *writer, location.line)
         }
         other => panic!("expected a race, got {other}"),
     }
@@ -306,8 +306,8 @@ fn a_source_rewritten_before_quiet_is_reported_with_both_buffers() {
     let mut src = mail.src.to_host(0).unwrap();
     let e = run_overwrite(&team, &mut mail, 1).unwrap_err();
     match e.device_errors() {
-        [DeviceError::SourceOverwritten { rank, block, thread, source_byte, destination, quieted, location }] => {
-            assert_eq!((*rank, *block, *thread, *quieted), (0, [0, 0, 0], [0, 0, 0], true));
+        [DeviceError::SourceOverwritten { at, source_byte, destination, quieted, location }] => {
+            assert_eq!((at.rank, at.block, at.thread, *quieted), (0, [0, 0, 0], [0, 0, 0], true));
             assert!(matches!(source_byte, BufferRef::Element { owner: 0, index: 0, .. }), "{source_byte}");
             assert_eq!(destination, &inbox_element(0));
             assert_eq!(location.line, line_of("// PUT-THEN-QUIET"));
@@ -342,8 +342,8 @@ fn a_wait_on_a_signal_no_rank_raises_is_diagnosed_as_unraised() {
     // Rank 0 raises signal 1; rank 1 waits on signal 0.
     let e = run_raise_and_wait(&team, &pad, 1, 1, 1).unwrap_err();
     match e.device_errors() {
-        [DeviceError::UnraisedSignal { rank, block, thread, signal, expected, observed, location, .. }] => {
-            assert_eq!((*rank, *block, *thread, *expected, *observed), (1, [0, 0, 0], [0, 0, 0], 1, 0));
+        [DeviceError::UnraisedSignal { at, signal, expected, observed, location, .. }] => {
+            assert_eq!((at.rank, at.block, at.thread, *expected, *observed), (1, [0, 0, 0], [0, 0, 0], 1, 0));
             assert_eq!(*signal, SignalRef::Pad { name: "flags".into(), owner: 1, index: 0 });
             assert_eq!(location.line, line_of("// UNRAISED-WAIT"));
         }
@@ -357,7 +357,10 @@ fn a_signal_raised_too_low_stays_a_timeout_and_a_raised_one_passes() {
     let team = team(2, EMULATED_HANG);
     let pad = SignalPadBuffer::new(&team, "flags", 2).unwrap();
     let e = run_raise_and_wait(&team, &pad, 0, 1, 2).unwrap_err();
-    assert!(matches!(e.device_errors(), [DeviceError::Timeout { rank: 1, observed: 1, expected: 2, .. }]), "{e}");
+    assert!(
+        matches!(e.device_errors(), [DeviceError::Timeout { at, observed: 1, expected: 2, .. }] if at.rank == 1),
+        "{e}"
+    );
     run_raise_and_wait(&team, &pad, 0, 2, 2).unwrap();
 }
 

@@ -103,8 +103,8 @@ fn a_planted_panic_is_typed_and_the_team_goes_on(team: &Team) {
     assert!(e.is_kernel_panic() && e.is_aborted(), "{msg}");
     let Error::Device(errors) = &e else { panic!("expected device errors, got {e}") };
     match errors.first() {
-        DeviceError::KernelPanic { rank, block, thread, location, message } => {
-            assert_eq!((*rank, *block, *thread), (0, [0, 0, 0], [0, 0, 0]), "{msg}");
+        DeviceError::KernelPanic { at, location, message } => {
+            assert_eq!((at.rank, at.block, at.thread), (0, [0, 0, 0], [0, 0, 0]), "{msg}");
             assert!(location.file.ends_with("faults.rs"), "{location}");
             assert_eq!(location.line, planted_line(), "{location}");
             assert!(location.column > 0, "{location}");
@@ -116,13 +116,13 @@ fn a_planted_panic_is_typed_and_the_team_goes_on(team: &Team) {
     assert!(msg.contains("panicked at") && msg.contains(PLANTED_MESSAGE), "{msg}");
     assert!(!errors.errors().iter().any(|d| matches!(d, DeviceError::Timeout { .. })), "{msg}");
     for d in &errors.errors()[1..] {
-        let DeviceError::Aborted { rank, signal, expected, origin, location, .. } = d else {
+        let DeviceError::Aborted { at, signal, expected, origin, location, .. } = d else {
             panic!("every other record is a wait the panic aborted, got {d}")
         };
         // Rank 1's waits can only end this way; a thread of rank 0 may too, when its wait turned to the
         // back-off path before rank 1 raised its signal and then saw rank 0's own abort.
         assert_eq!((*origin, *expected), (Some(0), 1), "{d}");
-        assert_eq!(*signal, SignalRef::Pad { name: "planted".into(), owner: *rank, index: 0 }, "{d}");
+        assert_eq!(*signal, SignalRef::Pad { name: "planted".into(), owner: at.rank, index: 0 }, "{d}");
         assert!(location.file.ends_with("faults.rs"), "{d}");
     }
     // Every thread of rank 1 waited and was aborted: 64 counted, the first few kept as records.

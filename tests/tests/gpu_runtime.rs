@@ -236,10 +236,10 @@ fn timeout_then_next_launch(team: &Team) {
     // A GPU sees a timeout; the emulator's checker also knows that no rank raised the signal at all.
     match e.device_errors() {
         [
-            DeviceError::Timeout { rank, block, thread, signal, expected, observed, cmp, location }
-            | DeviceError::UnraisedSignal { rank, block, thread, signal, expected, observed, cmp, location },
+            DeviceError::Timeout { at, signal, expected, observed, cmp, location }
+            | DeviceError::UnraisedSignal { at, signal, expected, observed, cmp, location },
         ] => {
-            assert_eq!((*rank, *block, *thread), (0, [0, 0, 0], [0, 0, 0]));
+            assert_eq!((at.rank, at.block, at.thread), (0, [0, 0, 0], [0, 0, 0]));
             assert_eq!(*signal, SignalRef::Pad { name: "never".into(), owner: 0, index: 1 });
             assert_eq!((*expected, *observed, *cmp), (1, 0, Cmp::Ge));
             assert!(location.file.ends_with("body.rs") && location.line > 0, "{location}");

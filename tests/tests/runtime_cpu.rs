@@ -276,8 +276,8 @@ fn a_device_panic_names_every_rank_and_line_and_the_emulated_team_goes_on() {
     let ranks: Vec<usize> = e.device_errors().iter().map(|d| d.rank()).collect();
     assert_eq!(ranks, [0, 1]);
     for d in e.device_errors() {
-        let ferrocomm::DeviceError::KernelPanic { block, thread, location, .. } = d else { panic!("{d}") };
-        assert_eq!((*block, *thread), ([0, 0, 0], [0, 0, 0]));
+        let ferrocomm::DeviceError::KernelPanic { at, location, .. } = d else { panic!("{d}") };
+        assert_eq!((at.block, at.thread), ([0, 0, 0], [0, 0, 0]));
         assert!(location.file.ends_with("body.rs") && location.line > 0, "{location}");
     }
     let msg = e.to_string();

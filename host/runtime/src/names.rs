@@ -159,7 +159,8 @@ impl fmt::Display for BufferRef {
     }
 }
 
-/// One GPU thread of a launch: the other party of a checker finding.
+/// One GPU thread of a launch: the thread that recorded a device error, or the other party of a checker
+/// finding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GpuThread {
     /// Its rank.
@@ -168,6 +169,13 @@ pub struct GpuThread {
     pub block: [u32; 3],
     /// Its thread index in the block.
     pub thread: [u32; 3],
+}
+
+impl From<ferrocomm_device::abi::ThreadRef> for GpuThread {
+    /// A thread as a device record names it.
+    fn from(t: ferrocomm_device::abi::ThreadRef) -> GpuThread {
+        GpuThread { rank: t.rank as usize, block: t.block, thread: t.thread }
+    }
 }
 
 impl fmt::Display for GpuThread {

@@ -208,8 +208,8 @@ pub fn file_tail(file: &str) -> &[u8] {
     &bytes[start..]
 }
 
-/// Another GPU thread of a team launch, named by a checker record in its `expected` and `observed` fields
-/// (the writer of a `Race`).
+/// A GPU thread of a team launch: the one an emulated launch's panic names, or the other party that a
+/// checker record names in its `expected` and `observed` fields (the writer of a `Race`).
 #[cfg(not(target_arch = "nvptx64"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ThreadRef {
@@ -240,6 +240,13 @@ impl ThreadRef {
             block: [block & 0x1f_ffff, (block >> 21) & 0x1f_ffff, (block >> 42) & 0x1f_ffff].map(|v| v as u32),
             thread: [rest & 0x7ff, (rest >> 11) & 0x7ff, (rest >> 22) & 0x3ff].map(|v| v as u32),
         }
+    }
+}
+
+#[cfg(not(target_arch = "nvptx64"))]
+impl core::fmt::Display for ThreadRef {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "rank {} block {:?} thread {:?}", self.rank, self.block, self.thread)
     }
 }
 

@@ -294,9 +294,7 @@ pub(crate) fn launch(session: &Arc<Session>, ctx: LaunchCtx, kernel: &(dyn Fn() 
     }
     match lock(&launch.trap).take() {
         Some(trap) => Err(EmuError::Trapped {
-            rank: ctx.rank,
-            block: trap.block,
-            thread: trap.thread,
+            at: ThreadRef { rank: ctx.rank, block: trap.block, thread: trap.thread },
             file: trap.site.file,
             line: trap.site.line,
             column: trap.site.column,

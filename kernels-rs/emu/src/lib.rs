@@ -45,7 +45,7 @@ pub mod veil;
 mod warp;
 pub mod weak;
 
-use ferrocomm_abi::LaunchCtx;
+use ferrocomm_abi::{LaunchCtx, ThreadRef};
 
 pub use check::Issued;
 pub use schedule::LateRank;
@@ -107,14 +107,10 @@ pub enum EmuError {
     },
     /// A kernel thread panicked: like the GPU's panic handler, the panic was recorded in the error buffer
     /// and the launch was ended (`trap`).
-    #[error("rank {rank}: kernel panicked in block {block:?} thread {thread:?} at {file}:{line}:{column}: {message}")]
+    #[error("{at}: kernel panicked at {file}:{line}:{column}: {message}")]
     Trapped {
-        /// The rank of the launch.
-        rank: u32,
-        /// Block index of the first thread that panicked.
-        block: [u32; 3],
-        /// Its thread index.
-        thread: [u32; 3],
+        /// The first thread that panicked (the same as the error record's).
+        at: ThreadRef,
         /// Source file of the panic.
         file: String,
         /// Source line.

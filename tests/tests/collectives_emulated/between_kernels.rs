@@ -240,7 +240,10 @@ fn a_barrier_waits_for_a_late_rank_s_puts() {
 fn without_the_barrier_the_checker_reports_the_read() {
     let e = unsignalled_put_then_read(false, team(2)).unwrap_err();
     let errors = e.device_errors();
-    assert!(errors.iter().any(|d| matches!(d, DeviceError::Race { rank: 1, writer, .. } if writer.rank == 0)), "{e}");
+    assert!(
+        errors.iter().any(|d| matches!(d, DeviceError::Race { at, writer, .. } if at.rank == 1 && writer.rank == 0)),
+        "{e}"
+    );
 }
 
 #[test]
@@ -264,8 +267,8 @@ fn a_put_into_a_buffer_an_earlier_kernel_reads_needs_a_handshake() {
     // with nothing ordering the read after it (a `Race` on rank 1 against rank 0's put).
     assert!(
         e.device_errors().iter().any(|d| match d {
-            DeviceError::UnorderedPut { rank: 0, reader, .. } => reader.rank == 1,
-            DeviceError::Race { rank: 1, writer, .. } => writer.rank == 0,
+            DeviceError::UnorderedPut { at, reader, .. } => at.rank == 0 && reader.rank == 1,
+            DeviceError::Race { at, writer, .. } => at.rank == 1 && writer.rank == 0,
             _ => false,
         }),
         "{e}"

@@ -15,17 +15,13 @@ pub use crate::names::{BufferRef, Cmp, GpuThread, Location, SignalRef};
 pub enum DeviceError {
     /// A wait did not see its signal before the timeout; the kernel ended cleanly.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the wait at {location} timed out: {signal} was {observed}, \
+        "{at}: the wait at {location} timed out: {signal} was {observed}, \
          expected {cmp} {expected}; check that the peer raises it (every rank launched, same epoch), or raise the \
          timeout (TeamBuilder::timeout or FERROCOMM_TIMEOUT_MS)"
     )]
     Timeout {
-        /// The waiting rank.
-        rank: usize,
-        /// Its block index.
-        block: [u32; 3],
-        /// Its thread index in the block.
-        thread: [u32; 3],
+        /// The waiting thread.
+        at: GpuThread,
         /// The signal.
         signal: SignalRef,
         /// The value waited for.
@@ -42,18 +38,14 @@ pub enum DeviceError {
     /// stays usable: the next launch runs normally. Reset the signal pads the launch used
     /// ([`SignalPadBuffer::reset`](crate::SignalPadBuffer::reset)) before using them again.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the kernel panicked at {location}{}; fix the failing check \
+        "{at}: the kernel panicked at {location}{}; fix the failing check \
          there (the emulator runs the same body on the host with the full message); the team stays usable, reset \
          the launch's signal pads (SignalPadBuffer::reset) before reusing them",
         with_message(.message)
     )]
     KernelPanic {
-        /// The rank.
-        rank: usize,
-        /// Block index.
-        block: [u32; 3],
-        /// Thread index in the block.
-        thread: [u32; 3],
+        /// The thread that panicked.
+        at: GpuThread,
         /// Where it panicked.
         location: Location,
         /// The panic's message: on the emulator the whole message (its head, up to the record's
@@ -66,17 +58,13 @@ pub enum DeviceError {
     /// waiting out the timeout. The cause is the [`DeviceError::KernelPanic`] of rank `origin` (in a team
     /// that spans processes, reported by that rank's process).
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the wait at {location} on {signal} (for {cmp} {expected}, \
+        "{at}: the wait at {location} on {signal} (for {cmp} {expected}, \
          last {observed}) ended early because {}; that panic is the error to fix",
         aborted_by(.origin)
     )]
     Aborted {
-        /// The waiting rank.
-        rank: usize,
-        /// Its block index.
-        block: [u32; 3],
-        /// Its thread index in the block.
-        thread: [u32; 3],
+        /// The waiting thread.
+        at: GpuThread,
         /// The signal (or LL packet) it waited on.
         signal: SignalRef,
         /// The value waited for.
@@ -94,18 +82,14 @@ pub enum DeviceError {
     /// later, with nothing ordering the two — the reader did not wait on a signal raised after the put
     /// (with acquire ordering), or read before waiting.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the read at {location} of {buffer} ({bytes} byte(s)) races \
+        "{at}: the read at {location} of {buffer} ({bytes} byte(s)) races \
          with the put into it by {writer}: nothing orders the read after the put; wait (acquire) on the signal \
          the writer raises after the put before reading its destination (and sync_threads() to share the wait \
          with the block), and read nothing of it before"
     )]
     Race {
-        /// The reading rank.
-        rank: usize,
-        /// The reader's block index.
-        block: [u32; 3],
-        /// The reader's thread index in the block.
-        thread: [u32; 3],
+        /// The reading thread.
+        at: GpuThread,
         /// The first byte both touched.
         buffer: BufferRef,
         /// Bytes both touched from there (in one run of the checker's shadow memory).
@@ -119,18 +103,14 @@ pub enum DeviceError {
     /// nothing ordering the put after that read: on a GPU the put may land while the earlier kernel still
     /// reads them.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the put at {location} into {buffer} ({bytes} byte(s)) \
+        "{at}: the put at {location} into {buffer} ({bytes} byte(s)) \
          races with the read of it by {reader} in an earlier kernel: nothing orders the put after that read; \
          before writing a peer's buffer, wait (acquire) for a signal the peer raises once its earlier kernels \
          are done with it (a ready handshake), or synchronise with the host"
     )]
     UnorderedPut {
-        /// The writing rank.
-        rank: usize,
-        /// The writer's block index.
-        block: [u32; 3],
-        /// The writer's thread index in the block.
-        thread: [u32; 3],
+        /// The writing thread.
+        at: GpuThread,
         /// The first byte both touched.
         buffer: BufferRef,
         /// Bytes both touched from there (in one run of the checker's shadow memory).
@@ -142,18 +122,14 @@ pub enum DeviceError {
     },
     /// Emulator checker: the source of a non-blocking put changed before the put completed.
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the source of the non-blocking put at {location} changed \
+        "{at}: the source of the non-blocking put at {location} changed \
          {} ({source_byte} changed; the put writes {destination}); keep the send buffer unchanged until the \
          put's token.quiet() (or quiet()), and quiet every non-blocking put",
         when_changed(.quieted)
     )]
     SourceOverwritten {
-        /// The rank that issued the put.
-        rank: usize,
-        /// Its block index.
-        block: [u32; 3],
-        /// Its thread index (the thread that speaks for a warp or block put).
-        thread: [u32; 3],
+        /// The thread that issued the put (the one that speaks for a warp or block put).
+        at: GpuThread,
         /// The first source byte that changed.
         source_byte: BufferRef,
         /// The put's destination (its first byte).
@@ -167,17 +143,13 @@ pub enum DeviceError {
     /// Emulator checker: a wait timed out on a signal that no rank wrote during the launch (on a GPU the
     /// same wait is a [`DeviceError::Timeout`]).
     #[error(
-        "rank {rank} block {block:?} thread {thread:?}: the wait at {location} timed out on {signal}, which no rank \
+        "{at}: the wait at {location} timed out on {signal}, which no rank \
          raised during the launch (it held {observed}; the wait was for {cmp} {expected}); raise that signal where \
          the data is sent (Signal::set_release / add_release, put_signal), or wait on the one the sender raises"
     )]
     UnraisedSignal {
-        /// The waiting rank.
-        rank: usize,
-        /// Its block index.
-        block: [u32; 3],
-        /// Its thread index in the block.
-        thread: [u32; 3],
+        /// The waiting thread.
+        at: GpuThread,
         /// The signal.
         signal: SignalRef,
         /// The value waited for.
@@ -258,15 +230,14 @@ impl DeviceError {
     /// The rank whose kernel recorded it.
     pub fn rank(&self) -> usize {
         match self {
-            DeviceError::Timeout { rank, .. }
-            | DeviceError::KernelPanic { rank, .. }
-            | DeviceError::Aborted { rank, .. }
-            | DeviceError::Race { rank, .. }
-            | DeviceError::UnorderedPut { rank, .. }
-            | DeviceError::SourceOverwritten { rank, .. }
-            | DeviceError::UnraisedSignal { rank, .. }
-            | DeviceError::BarrierMismatch { rank, .. }
-            | DeviceError::Unknown { rank, .. } => *rank,
+            DeviceError::Timeout { at, .. }
+            | DeviceError::KernelPanic { at, .. }
+            | DeviceError::Aborted { at, .. }
+            | DeviceError::Race { at, .. }
+            | DeviceError::UnorderedPut { at, .. }
+            | DeviceError::SourceOverwritten { at, .. }
+            | DeviceError::UnraisedSignal { at, .. } => at.rank,
+            DeviceError::BarrierMismatch { rank, .. } | DeviceError::Unknown { rank, .. } => *rank,
         }
     }
 
@@ -311,22 +282,19 @@ impl DeviceError {
 
     /// One short line: who, what, where (the summary's form of the further errors).
     fn brief(&self) -> String {
-        let who = |rank: &usize, block: &[u32; 3], thread: &[u32; 3]| {
-            format!("rank {rank} block {block:?} thread {thread:?}")
-        };
         match self {
-            DeviceError::KernelPanic { rank, block, thread, location, message } => {
-                format!("{}: panicked at {location}{}", who(rank, block, thread), with_message(message))
+            DeviceError::KernelPanic { at, location, message } => {
+                format!("{}: panicked at {location}{}", at, with_message(message))
             }
-            DeviceError::Timeout { rank, block, thread, location, signal, .. }
-            | DeviceError::UnraisedSignal { rank, block, thread, location, signal, .. } => {
-                format!("{}: {} at {location} on {signal}", who(rank, block, thread), self.kind_name())
+            DeviceError::Timeout { at, location, signal, .. }
+            | DeviceError::UnraisedSignal { at, location, signal, .. } => {
+                format!("{}: {} at {location} on {signal}", at, self.kind_name())
             }
-            DeviceError::Aborted { rank, block, thread, location, .. }
-            | DeviceError::Race { rank, block, thread, location, .. }
-            | DeviceError::UnorderedPut { rank, block, thread, location, .. }
-            | DeviceError::SourceOverwritten { rank, block, thread, location, .. } => {
-                format!("{}: {} at {location}", who(rank, block, thread), self.kind_name())
+            DeviceError::Aborted { at, location, .. }
+            | DeviceError::Race { at, location, .. }
+            | DeviceError::UnorderedPut { at, location, .. }
+            | DeviceError::SourceOverwritten { at, location, .. } => {
+                format!("{}: {} at {location}", at, self.kind_name())
             }
             other => format!("rank {}: {}", other.rank(), other.kind_name()),
         }

@@ -85,17 +85,15 @@ impl WaitForReport {
         let mut pending: Vec<PendingWait> = errors
             .iter()
             .filter_map(|e| match e {
-                DeviceError::Timeout { rank, block, signal, expected, observed, cmp, .. }
-                | DeviceError::UnraisedSignal { rank, block, signal, expected, observed, cmp, .. } => {
-                    Some(PendingWait {
-                        rank: *rank,
-                        block: block[0],
-                        signal: signal.clone(),
-                        expected: *expected,
-                        observed: Some(*observed),
-                        cmp: *cmp,
-                    })
-                }
+                DeviceError::Timeout { at, signal, expected, observed, cmp, .. }
+                | DeviceError::UnraisedSignal { at, signal, expected, observed, cmp, .. } => Some(PendingWait {
+                    rank: at.rank,
+                    block: at.block[0],
+                    signal: signal.clone(),
+                    expected: *expected,
+                    observed: Some(*observed),
+                    cmp: *cmp,
+                }),
                 _ => None,
             })
             .collect();
@@ -266,7 +264,7 @@ impl fmt::Display for WaitForReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Location;
+    use crate::error::{GpuThread, Location};
 
     fn pad(name: &str, owner: usize, index: usize) -> SignalRef {
         SignalRef::Pad { name: name.into(), owner, index }
@@ -274,9 +272,7 @@ mod tests {
 
     fn timeout(rank: usize, block: u32, signal: SignalRef, observed: u64, expected: u64) -> DeviceError {
         DeviceError::Timeout {
-            rank,
-            block: [block, 0, 0],
-            thread: [0; 3],
+            at: GpuThread { rank, block: [block, 0, 0], thread: [0; 3] },
             signal,
             expected,
             observed,

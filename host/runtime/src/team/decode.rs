@@ -16,23 +16,20 @@ impl TeamShared {
         let location = Location { file: r.file_name().to_owned(), line: r.line, column: r.column };
         let rank = if (r.rank as usize) < self.world { r.rank as usize } else { rank };
         let (block, thread) = (r.block, r.thread);
+        let at = GpuThread { rank, block, thread };
         match ErrorKind::from_u32(r.kind) {
             Some(kind @ (ErrorKind::Timeout | ErrorKind::UnraisedSignal)) => {
                 let (signal, expected, observed) = (self.name_signal(r.signal), r.expected, r.observed);
                 let cmp = Cmp::from_u32(r.cmp);
                 if kind == ErrorKind::Timeout {
-                    DeviceError::Timeout { rank, block, thread, signal, expected, observed, cmp, location }
+                    DeviceError::Timeout { at, signal, expected, observed, cmp, location }
                 } else {
-                    DeviceError::UnraisedSignal { rank, block, thread, signal, expected, observed, cmp, location }
+                    DeviceError::UnraisedSignal { at, signal, expected, observed, cmp, location }
                 }
             }
-            Some(ErrorKind::Panic) => {
-                DeviceError::KernelPanic { rank, block, thread, location, message: r.message().to_owned() }
-            }
+            Some(ErrorKind::Panic) => DeviceError::KernelPanic { at, location, message: r.message().to_owned() },
             Some(ErrorKind::Aborted) => DeviceError::Aborted {
-                rank,
-                block,
-                thread,
+                at,
                 signal: self.name_signal(r.signal),
                 expected: r.expected,
                 observed: r.observed,
@@ -43,31 +40,25 @@ impl TeamShared {
             Some(ErrorKind::Race) => {
                 let w = ThreadRef::unpack(r.expected, r.observed);
                 DeviceError::Race {
-                    rank,
-                    block,
-                    thread,
+                    at,
                     buffer: self.name_buffer(r.signal),
                     bytes: r.cmp,
-                    writer: GpuThread { rank: w.rank as usize, block: w.block, thread: w.thread },
+                    writer: GpuThread::from(w),
                     location,
                 }
             }
             Some(ErrorKind::UnorderedPut) => {
                 let reader = ThreadRef::unpack(r.expected, r.observed);
                 DeviceError::UnorderedPut {
-                    rank,
-                    block,
-                    thread,
+                    at,
                     buffer: self.name_buffer(r.signal),
                     bytes: r.cmp,
-                    reader: GpuThread { rank: reader.rank as usize, block: reader.block, thread: reader.thread },
+                    reader: GpuThread::from(reader),
                     location,
                 }
             }
             Some(ErrorKind::SourceOverwritten) => DeviceError::SourceOverwritten {
-                rank,
-                block,
-                thread,
+                at,
                 source_byte: self.name_buffer(r.signal),
                 destination: self.name_buffer(r.expected),
                 quieted: SourceCheck::from_u32(r.cmp) != Some(SourceCheck::AtThreadEnd),
