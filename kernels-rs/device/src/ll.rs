@@ -244,6 +244,8 @@ pub fn put_ll<T: DeviceCopy>(group: Group, dst: PeerSliceMut<LlPacket>, src: &[T
 #[inline(always)]
 #[track_caller]
 pub fn read_ll<T: DeviceCopy>(group: Group, dst: &mut [T], src: impl Into<PeerSlice<LlPacket>>, flag: u32) {
+    #[cfg(not(target_arch = "nvptx64"))]
+    crate::lower::ll_read_begins();
     let (lane, lanes) = group.position();
     read_ll_lanes(dst, src.into(), flag, lane, lanes);
     group.sync();
@@ -319,6 +321,8 @@ impl PeerSlice<LlPacket> {
     #[inline(always)]
     #[track_caller]
     pub fn poll_packet(&self, i: usize, flag: u32, spins: u32) -> u64 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::lower::ll_read_begins();
         assert!(i < self.len(), "LL packet index out of bounds");
         for _ in 0..spins {
             let p = self.load_packet(i);
@@ -337,6 +341,8 @@ impl PeerSlice<LlPacket> {
     #[inline(always)]
     #[track_caller]
     pub fn poll_vector(&self, k: usize, flag: u32, spins: u32) -> V16 {
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::lower::ll_read_begins();
         assert!(2 * k + 1 < self.len(), "LL packet index out of bounds");
         for _ in 0..spins {
             let (lo, hi) = (self.load_packet(2 * k), self.load_packet(2 * k + 1));
@@ -364,6 +370,8 @@ impl PeerSlice<LlPacket> {
         flag: u32,
         spins: u32,
     ) -> [V16; N] {
+        #[cfg(not(target_arch = "nvptx64"))]
+        crate::lower::ll_read_begins();
         let live = live.min(N);
         let mut vectors = [[0u32; 4]; N];
         if live == 0 {

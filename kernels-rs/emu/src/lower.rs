@@ -104,6 +104,12 @@ pub fn __static_shared(name: &'static str, bytes: usize, align: usize) -> *mut u
     thread::current().block.static_shared(name, bytes, align)
 }
 
+/// An LL read begins polling its packets: the one scheduling point of the LL protocol's reads (a late rank
+/// reads late, see [`LateRank`](crate::LateRank)).
+pub fn ll_read_begins() {
+    thread::with_current(weak::wait_begins);
+}
+
 /// The host side of `barrier.sync 0`.
 pub fn block_sync() {
     let t = thread::current();

@@ -77,7 +77,7 @@ pub(crate) fn next_launch_seed() -> u64 {
 
 /// A rank that is late to everything: each of its threads starts `delay` late in every launch, waits
 /// `delay` before each release wider than its block (a signal raise, a release store or read-modify-write,
-/// a `.gpu` or `.sys` fence), and goes on `delay` after each signal wait returns. Its peers run ahead of it
+/// a `.gpu` or `.sys` fence), and before and after each wait (a signal wait; an LL read, before only). Its peers run ahead of it
 /// as far as their waits let them, so a wait that does not really wait (on the wrong epoch, the wrong
 /// value) lets a peer read before the late rank's data is there, and a peer that reuses a buffer too soon
 /// overwrites what the late rank has yet to read — stale values, or the checker's finding — where a seeded
@@ -128,9 +128,19 @@ impl Pauses {
         self.be_late();
     }
 
+    /// Before a wait begins (a signal wait, an LL read): the late rank's threads read late.
+    pub(crate) fn before_wait(&self) {
+        self.be_late();
+    }
+
     /// After a signal wait returned: the late rank's threads wait before reading what it ordered.
     pub(crate) fn after_wait(&self) {
         self.be_late();
+    }
+
+    /// Whether this thread is of the late rank.
+    pub(crate) fn is_late(&self) -> bool {
+        self.late.is_some()
     }
 
     fn be_late(&self) {

@@ -226,6 +226,16 @@ pub(crate) fn release(t: &ThreadState, scope: Scope) {
     }
 }
 
+/// A wait of `t` begins (a signal wait, an LL read): a late rank's thread pauses there (see
+/// [`LateRank`](crate::LateRank)), and its buffered stores reach memory first, as a GPU's do while the
+/// thread that made them is stalled (else a peer waiting for them would wait out the pause too).
+pub(crate) fn wait_begins(t: &ThreadState) {
+    if t.pauses.is_late() {
+        drain_all(t);
+    }
+    t.pauses.before_wait();
+}
+
 /// `fence.proxy.async` (generic or `.global`) by `t`, between its generic accesses and the async proxy's:
 /// its buffered stores reach memory and the veils it could have observed lift (a release of `.sys`, which
 /// shows them to the TMA's reads; wider than the fence, so it may hide a narrow generic release, never

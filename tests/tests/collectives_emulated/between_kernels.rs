@@ -395,3 +395,47 @@ fn one_shot_all_reduces_and_staged_exchanges_alternate_with_a_late_rank() {
         }
     }
 }
+
+#[test]
+fn ll_all_reduces_and_ll_exchanges_alternate_with_a_late_rank() {
+    // The LL all-reduce and the LL exchange share the LL buffer and the signal pad, one launch epoch after the
+    // other, each writing the half of the epoch's parity: a rank that has finished one may write the next
+    // into the half its late peer is still to read only if the two agree on the parity (the late rank reads
+    // each packet late, so the next launch's packets would replace the ones it waits for).
+    let team = Team::builder()
+        .backend(ferrocomm::Backend::Emulator)
+        .world(2)
+        // A parity the two disagree on leaves a wait for packets that were overwritten: fail soon.
+        .timeout(std::time::Duration::from_secs(5))
+        .emulator_late_rank(1, super::LATE)
+        .build()
+        .expect("emulated team");
+    let mut comm = Communicator::new(&team).unwrap();
+    // 16 elements of 4 bytes: LL sizes (the emulator tuning).
+    const N: usize = 16;
+    let values = |k: usize, r: usize| -> Vec<f32> { (0..N).map(|i| (k * 1000 + r * 100 + i) as f32).collect() };
+    let mut sums: Vec<SymBuffer<f32>> = (0..3).map(|_| SymBuffer::new(&team, N).unwrap()).collect();
+    for (k, sum) in sums.iter_mut().enumerate() {
+        for r in 0..2 {
+            sum.copy_from_host(r, &values(k, r)).unwrap();
+        }
+    }
+    let sources: Vec<SymBuffer<u32>> = (0..3).map(|k| filled(&team, k as u32 + 1, N)).collect();
+    let mut gathered: Vec<SymBuffer<u32>> = (0..3).map(|_| SymBuffer::new(&team, 2 * N).unwrap()).collect();
+    assert_eq!(comm.exchange_transport(N * 4), ferrocomm_kernels::ExchangeTransport::Ll);
+    replay(&mut comm, |c| {
+        for ((sum, source), gathered) in sums.iter_mut().zip(&sources).zip(&mut gathered) {
+            drop(c.all_reduce_with(sum, Op::Sum, Algorithm::LlOneShot)?);
+            drop(c.all_gather(source, gathered)?);
+        }
+        Ok(())
+    });
+    for k in 0..3 {
+        let want: Vec<f32> = (0..N).map(|i| values(k, 0)[i] + values(k, 1)[i]).collect();
+        let want_gathered: Vec<u32> = (0..2).flat_map(|r| pattern(k as u32 + 1, r, N)).collect();
+        for r in 0..2 {
+            assert_eq!(sums[k].to_host(r).unwrap(), want, "all-reduce {k}, rank {r}");
+            assert_eq!(gathered[k].to_host(r).unwrap(), want_gathered, "all-gather {k}, rank {r}");
+        }
+    }
+}

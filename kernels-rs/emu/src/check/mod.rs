@@ -669,6 +669,7 @@ pub struct SignalWait(());
 impl SignalWait {
     /// The calling thread starts waiting on the signal at `addr`.
     pub fn begin(addr: u64) -> SignalWait {
+        thread::with_current(weak::wait_begins);
         with(|_, _, tc| tc.signal_wait = Some(addr));
         SignalWait(())
     }
