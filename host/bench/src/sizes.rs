@@ -4,6 +4,9 @@
 
 use thiserror::Error;
 
+/// Sizes for people, as the runtime writes them in its messages.
+pub use ferrocomm::size::format_size;
+
 /// The largest size the tool accepts (1 TiB): anything above is a typo, not a benchmark.
 pub const MAX_SIZE: u64 = 1 << 40;
 
@@ -88,21 +91,6 @@ pub fn parse_sizes(text: &str) -> Result<Vec<u64>, SizeError> {
     sizes.sort_unstable();
     sizes.dedup();
     Ok(sizes)
-}
-
-/// A size for people: `8 B`, `64 KiB`, `1.5 MiB`, `1 GiB` (one decimal when not a whole number of units).
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut unit = 0;
-    while unit + 1 < UNITS.len() && bytes >= 1u64 << (10 * (unit + 1)) {
-        unit += 1;
-    }
-    let scale = 1u64 << (10 * unit);
-    if bytes.is_multiple_of(scale) {
-        format!("{} {}", bytes / scale, UNITS[unit])
-    } else {
-        format!("{:.1} {}", bytes as f64 / scale as f64, UNITS[unit])
-    }
 }
 
 #[cfg(test)]

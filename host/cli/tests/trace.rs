@@ -24,7 +24,7 @@ fn sums_up_a_trace_and_draws_its_timeline() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("2 rank(s)"), "{stdout}");
     assert!(stdout.contains("waiting 5.0 µs (62%), moving data 3.0 µs (38%)"), "{stdout}");
-    assert!(stdout.contains("bytes put: rank 1: 4.0 KiB"), "{stdout}");
+    assert!(stdout.contains("bytes put: rank 1: 4 KiB"), "{stdout}");
     assert!(std::fs::read_to_string(&svg).unwrap().contains("rank 1 block 0"));
 }
 

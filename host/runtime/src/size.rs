@@ -8,6 +8,8 @@
 //! assert_eq!(parse_size(" 2g "), Ok(2 << 30));
 //! assert!(parse_size("1.5MiB").is_err());
 //! ```
+//!
+//! [`format_size`] writes one back for people.
 
 use std::mem::size_of;
 
@@ -51,6 +53,28 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         _ => return Err(SizeError::Invalid(text.to_owned())),
     };
     number.checked_mul(1u64 << shift).ok_or_else(|| SizeError::TooLarge(text.to_owned()))
+}
+
+/// A size for people: `8 B`, `64 KiB`, `1.5 MiB`, `1 GiB` (one decimal when not a whole number of units),
+/// the way messages and reports write one.
+///
+/// ```
+/// use ferrocomm::size::format_size;
+/// assert_eq!(format_size(1536 << 10), "1.5 MiB");
+/// assert_eq!(format_size(64 << 10), "64 KiB");
+/// ```
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() && bytes >= 1u64 << (10 * (unit + 1)) {
+        unit += 1;
+    }
+    let scale = 1u64 << (10 * unit);
+    if bytes.is_multiple_of(scale) {
+        format!("{} {}", bytes / scale, UNITS[unit])
+    } else {
+        format!("{:.1} {}", bytes as f64 / scale as f64, UNITS[unit])
+    }
 }
 
 /// Every allocation starts on this boundary (what `cuMemAlloc` guarantees, and what 16-byte vector

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 
+use ferrocomm::size::format_size;
 use serde_json::Value;
 
 /// The arguments of `ferrocomm trace`.
@@ -202,16 +203,6 @@ impl TraceSummary {
     }
 }
 
-/// `1.5 MiB`, `512 B`.
-fn bytes(n: u64) -> String {
-    match n {
-        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
-        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
-        n => format!("{n} B"),
-    }
-}
-
 impl fmt::Display for TraceSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{} rank(s), {:.1} µs from the first event to the last", self.ranks.len(), self.end_us)?;
@@ -233,7 +224,7 @@ impl fmt::Display for TraceSummary {
             )?;
             let mut peers = String::new();
             for (peer, n) in &r.bytes_to {
-                let _ = write!(peers, "{}rank {peer}: {}", if peers.is_empty() { "" } else { ", " }, bytes(*n));
+                let _ = write!(peers, "{}rank {peer}: {}", if peers.is_empty() { "" } else { ", " }, format_size(*n));
             }
             if !peers.is_empty() {
                 writeln!(f, "  bytes put: {peers}")?;
@@ -287,7 +278,7 @@ mod tests {
         assert_eq!((r1.open_waits, r1.waiting_us), (1, 6.0), "an open wait lasts to the end");
         assert_eq!(s.lost["rank 1"], 3);
         let text = s.to_string();
-        assert!(text.contains("rank 0: 0.0–8.0 µs, 2 block(s)") && text.contains("rank 1: 5.0 KiB"), "{text}");
+        assert!(text.contains("rank 0: 0.0–8.0 µs, 2 block(s)") && text.contains("rank 1: 5 KiB"), "{text}");
         assert!(text.contains("1 wait(s) never ended") && text.contains("3 event(s) lost"), "{text}");
     }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use cudarc::driver::DriverError;
 
 use crate::names::{Device, Link};
+use crate::size::format_size;
 
 /// The error of every fallible ferrocomm call.
 #[derive(Debug, thiserror::Error)]
@@ -406,10 +407,10 @@ pub enum Error {
         "NVSHMEM's symmetric heap ({}{}) has no room for {label} ({} requested, {} of this team's allocations live); \
          set NVSHMEM_SYMMETRIC_SIZE={suggested} (or larger) before the team is made, and NVSHMEM_MAX_MEMORY_PER_GPU \
          (the most the heap grows to) no lower, or allocate less if the GPU has not that much free",
-        human(*heap),
+        format_size(*heap),
         if *heap_from_env { ", from NVSHMEM_SYMMETRIC_SIZE" } else { ", NVSHMEM's default" },
-        human(*bytes),
-        human(*live)
+        format_size(*bytes),
+        format_size(*live)
     )]
     NvshmemHeapTooSmall {
         /// What was being allocated.
@@ -552,16 +553,4 @@ fn describe_statements(all: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// Bytes in words an error reads well with (`1.5 GiB`), one decimal in the largest binary unit.
-pub(crate) fn human(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
 }

@@ -334,7 +334,7 @@ impl SymmetricHeap for Nvshmem {
                 heap,
                 heap_from_env: from_env,
                 // Room for what is live, this allocation, and NVSHMEM's own share of the heap.
-                suggested: crate::error::human((live + bytes as u64 + heap).next_power_of_two()),
+                suggested: env_size((live + bytes as u64 + heap).next_power_of_two()),
             });
         }
         self.live.lock().unwrap_or_else(|p| p.into_inner()).push((ptr as u64, bytes));
@@ -419,13 +419,27 @@ impl Drop for Nvshmem {
     }
 }
 
+/// `bytes` as NVSHMEM's size variables take it: a whole number with one suffix (`8G`, `1536M`), which
+/// NVSHMEM reads up to its first character after the number, so `8 GiB` would not do.
+fn env_size(bytes: u64) -> String {
+    for (suffix, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn heap_sizes_read_well_in_errors() {
-        assert_eq!(crate::error::human(3 << 29), "1.5 GiB");
+        assert_eq!(crate::size::format_size(3 << 29), "1.5 GiB");
+        assert_eq!(env_size(8 << 30), "8G");
+        assert_eq!(env_size(3 << 29), "1536M");
+        assert_eq!(env_size(1000), "1000");
     }
 
     #[test]
