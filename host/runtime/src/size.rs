@@ -15,8 +15,6 @@ use std::mem::size_of;
 
 use ferrocomm_device::abi::ErrorBuffer;
 
-use crate::error::Error;
-
 /// Why a size did not parse; each names the text it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
@@ -84,19 +82,34 @@ pub const ALIGN: usize = 256;
 /// Bytes of a rank's device error buffer, rounded to the allocation granule.
 pub(crate) const ERROR_BUFFER_BYTES: usize = size_of::<ErrorBuffer>().next_multiple_of(ALIGN);
 
+/// Why [`allocation_bytes`] refuses; the runtime's [`Error`](crate::Error) takes it as `SizeOverflow` or
+/// `TeamConfig`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationError {
+    /// The byte size does not fit in `usize` (or far enough below `isize::MAX` for pointer offsets).
+    #[error("{len} elements of {elem_bytes} bytes overflow the address space; allocate fewer elements")]
+    Overflow {
+        /// Elements requested.
+        len: usize,
+        /// Bytes per element.
+        elem_bytes: usize,
+    },
+    /// The element type needs more alignment than an allocation has.
+    #[error("an element alignment of {align} exceeds the {ALIGN}-byte allocation alignment")]
+    Alignment {
+        /// The type's alignment.
+        align: usize,
+    },
+}
+
 /// The bytes each rank allocates for `len` elements of `T`: rounded up to [`ALIGN`], at least one granule
 /// (so an empty buffer still has a real, aligned address to hand a kernel).
-pub fn allocation_bytes<T>(len: usize) -> Result<usize, Error> {
+pub fn allocation_bytes<T>(len: usize) -> Result<usize, AllocationError> {
     let elem_bytes = size_of::<T>();
     if std::mem::align_of::<T>() > ALIGN {
-        return Err(Error::TeamConfig {
-            reason: format!(
-                "an element alignment of {} exceeds the {ALIGN}-byte allocation alignment",
-                std::mem::align_of::<T>()
-            ),
-        });
+        return Err(AllocationError::Alignment { align: std::mem::align_of::<T>() });
     }
-    let overflow = || Error::SizeOverflow { len, elem_bytes };
+    let overflow = || AllocationError::Overflow { len, elem_bytes };
     let bytes = len.checked_mul(elem_bytes).ok_or_else(overflow)?;
     // Device addresses are 64-bit and allocations must stay far below isize::MAX for pointer offsets.
     if bytes > isize::MAX as usize - ALIGN {
@@ -155,7 +168,7 @@ mod allocation_tests {
     #[test]
     fn overflow_is_an_error_not_a_wrap() {
         let e = allocation_bytes::<u64>(usize::MAX / 4).unwrap_err();
-        assert!(matches!(e, Error::SizeOverflow { elem_bytes: 8, .. }), "{e}");
+        assert!(matches!(e, AllocationError::Overflow { elem_bytes: 8, .. }), "{e}");
         assert!(allocation_bytes::<u8>(isize::MAX as usize).is_err());
     }
 

@@ -330,6 +330,59 @@ fn proxied_puts_from_a_late_sender() {
     proxied_puts_then_read_what_landed(team_with_late_rank(2, 0));
 }
 
+#[test]
+fn a_slow_proxy_s_puts_land_before_the_sender_rewrites_their_source() {
+    // The sender's kernel ends once the receiver acknowledges the last put, which it does after that put
+    // landed; the sender then rewrites `src`. With a proxy that copies slowly, an acknowledgement raised
+    // before the receiver's wait would let the rewrite overtake the copies still to come.
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use ferrocomm::SignalPadBuffer;
+    use ferrocomm_bench::ferro::proxy_thread::{CopyEngine, HostEngine, Proxy};
+    use ferrocomm_bench::ferro::ring::Rings;
+    use ferrocomm_device::emu::Issued;
+    use ferrocomm_kernels::kernels::proxy::{ProxyDescriptor, proxy_pad, proxy_put};
+
+    /// A host engine that waits before each copy: a proxy thread that is slow to serve its rings.
+    struct Slow(HostEngine);
+    impl CopyEngine for Slow {
+        fn issue(&mut self, d: &ProxyDescriptor, issued: Option<&Issued>) -> Result<(), String> {
+            std::thread::sleep(Duration::from_millis(20));
+            self.0.issue(d, issued)
+        }
+        fn quiesce(&mut self) -> Result<(), String> {
+            self.0.quiesce()
+        }
+        fn describe(&self) -> String {
+            format!("{}, 20 ms late per copy", self.0.describe())
+        }
+    }
+
+    let team = team(2);
+    let mut comm = Communicator::new(&team).unwrap();
+    let rings = Arc::new(Rings::host(2, 4).unwrap());
+    // SAFETY: as in `proxied_puts_then_read_what_landed`.
+    let _proxy = Proxy::start(Arc::clone(&rings), Box::new(Slow(unsafe { HostEngine::new() }))).unwrap();
+    let pad = SignalPadBuffer::new(&team, "proxy", proxy_pad::SIGNALS).unwrap();
+    let bytes_of = |k: usize, r: usize| -> Vec<u8> { (0..LEN).map(|i| (k * 31 + r * 7 + i) as u8).collect() };
+    let (mut src, mut next) = (SymBuffer::<u8>::new(&team, LEN).unwrap(), SymBuffer::<u8>::new(&team, LEN).unwrap());
+    for r in 0..2 {
+        src.copy_from_host(r, &bytes_of(1, r)).unwrap();
+        next.copy_from_host(r, &bytes_of(2, r)).unwrap();
+    }
+    let mut dst = SymBuffer::<u8>::new(&team, LEN).unwrap();
+    let mut times = SymBuffer::<u64>::new(&team, 2).unwrap();
+    let mut out = SymBuffer::<u8>::new(&team, LEN).unwrap();
+    replay(&mut comm, |c| {
+        let one = LaunchConfig::single();
+        drop(proxy_put::launch(c.team(), one, rings.param(), &pad, &src, &mut dst, 0, 1, 3, &mut times)?);
+        consume_into(c.team(), &next, &mut src)?;
+        consume_into(c.team(), &dst, &mut out)
+    });
+    assert_eq!(out.to_host(1).unwrap(), bytes_of(1, 0), "the proxied puts carried a rewritten source");
+}
+
 fn proxied_puts_then_read_what_landed(team: Team) {
     use std::sync::Arc;
 

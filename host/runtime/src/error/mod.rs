@@ -15,7 +15,7 @@ use std::time::Duration;
 use cudarc::driver::DriverError;
 
 use crate::names::{Device, Link};
-use crate::size::format_size;
+use crate::size::{AllocationError, format_size};
 
 /// The error of every fallible ferrocomm call.
 #[derive(Debug, thiserror::Error)]
@@ -553,4 +553,13 @@ fn describe_statements(all: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+impl From<AllocationError> for Error {
+    fn from(e: AllocationError) -> Error {
+        match e {
+            AllocationError::Overflow { len, elem_bytes } => Error::SizeOverflow { len, elem_bytes },
+            AllocationError::Alignment { .. } => Error::TeamConfig { reason: e.to_string() },
+        }
+    }
 }
