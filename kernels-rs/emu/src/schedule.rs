@@ -77,11 +77,11 @@ pub(crate) fn next_launch_seed() -> u64 {
 
 /// A rank that is late to everything: each of its threads starts `delay` late in every launch, waits
 /// `delay` before each release wider than its block (a signal raise, a release store or read-modify-write,
-/// a `.gpu` or `.sys` fence), and before and after each wait (a signal wait; an LL read, before only). Its peers run ahead of it
-/// as far as their waits let them, so a wait that does not really wait (on the wrong epoch, the wrong
-/// value) lets a peer read before the late rank's data is there, and a peer that reuses a buffer too soon
-/// overwrites what the late rank has yet to read — stale values, or the checker's finding — where a seeded
-/// pause would only sometimes.
+/// a `.gpu` or `.sys` fence), and before and after each wait (a signal wait; an LL read, before only). Its
+/// peers run ahead of it as far as their waits let them, so a wait that does not really wait (on the wrong
+/// epoch, the wrong value) lets a peer read before the late rank's data is there, and a peer that reuses a
+/// buffer too soon overwrites what the late rank has yet to read — stale values, a wait that times out, or
+/// the checker's finding — where a seeded pause would only sometimes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LateRank {
     /// The rank.

@@ -147,11 +147,12 @@ impl TeamBuilder {
         self
     }
 
-    /// On the emulator, makes rank `rank` late to everything: its threads start every launch `delay` late
-    /// and wait `delay` before each release that reaches beyond their block (signal raises, release stores,
-    /// `.gpu` and `.sys` fences). Its peers run ahead as far as their waits let them, so a wait on a stale
-    /// epoch or value reads before the late rank's data is there, every time; a test of a kernel's waits.
-    /// GPUs ignore it.
+    /// On the emulator, makes rank `rank` late to everything: its threads start every launch `delay` late,
+    /// wait `delay` before each release that reaches beyond their block (signal raises, release stores,
+    /// `.gpu` and `.sys` fences) and before and after each wait (signal waits; LL reads, before only). Its
+    /// peers run ahead as far as their waits let them, so a wait on a stale epoch or value reads before the
+    /// late rank's data is there, and a buffer reused too soon is overwritten before the late rank reads it,
+    /// every time: a test of a kernel's waits. GPUs ignore it.
     pub fn emulator_late_rank(mut self, rank: usize, delay: Duration) -> Self {
         self.emulator.late = Some(LateRank { rank: rank as u32, delay });
         self
