@@ -458,8 +458,9 @@ fn ll_all_reduces_and_ll_exchanges_alternate_with_a_late_rank() {
     let team = Team::builder()
         .backend(ferrocomm::Backend::Emulator)
         .world(2)
-        // A parity the two disagree on leaves a wait for packets that were overwritten: fail soon.
-        .timeout(std::time::Duration::from_secs(5))
+        // A parity the two disagree on leaves a wait for packets that were overwritten, forever: fail
+        // sooner than the emulated teams' usual limit, yet well past a correct wait on a loaded machine.
+        .timeout(std::time::Duration::from_secs(15))
         .emulator_late_rank(1, super::LATE)
         .build()
         .expect("emulated team");
