@@ -418,35 +418,9 @@ fn one_shot_all_reduces_and_staged_exchanges_alternate_with_a_late_rank() {
     // The one-shot all-reduce and the staged exchange share the staging buffer and its signal pad, one launch
     // epoch after the other, each writing the half of the epoch's parity: a rank that has finished one may
     // write the next into the half its late peer is still to read only if the two agree on the parity.
-    let team = team_with_late_rank(2, 1);
-    let mut comm = Communicator::new(&team).unwrap();
     // 100 elements of 4 bytes: past the LL sizes, within a staging slot (the emulator tuning).
-    const N: usize = 100;
-    let values = |k: usize, r: usize| -> Vec<f32> { (0..N).map(|i| (k * 1000 + r * 100 + i) as f32).collect() };
-    let mut sums: Vec<SymBuffer<f32>> = (0..3).map(|_| SymBuffer::new(&team, N).unwrap()).collect();
-    for (k, sum) in sums.iter_mut().enumerate() {
-        for r in 0..2 {
-            sum.copy_from_host(r, &values(k, r)).unwrap();
-        }
-    }
-    let sources: Vec<SymBuffer<u32>> = (0..3).map(|k| filled(&team, k as u32 + 1, N)).collect();
-    let mut gathered: Vec<SymBuffer<u32>> = (0..3).map(|_| SymBuffer::new(&team, 2 * N).unwrap()).collect();
-    assert_eq!(comm.exchange_transport(N * 4), ferrocomm_kernels::ExchangeTransport::Staged);
-    replay(&mut comm, |c| {
-        for ((sum, source), gathered) in sums.iter_mut().zip(&sources).zip(&mut gathered) {
-            drop(c.all_reduce_with(sum, Op::Sum, Algorithm::OneShot)?);
-            drop(c.all_gather(source, gathered)?);
-        }
-        Ok(())
-    });
-    for k in 0..3 {
-        let want: Vec<f32> = (0..N).map(|i| values(k, 0)[i] + values(k, 1)[i]).collect();
-        let want_gathered: Vec<u32> = (0..2).flat_map(|r| pattern(k as u32 + 1, r, N)).collect();
-        for r in 0..2 {
-            assert_eq!(sums[k].to_host(r).unwrap(), want, "all-reduce {k}, rank {r}");
-            assert_eq!(gathered[k].to_host(r).unwrap(), want_gathered, "all-gather {k}, rank {r}");
-        }
-    }
+    let team = team_with_late_rank(2, 1);
+    alternate_all_reduces_and_all_gathers(&team, 100, Algorithm::OneShot, ferrocomm_kernels::ExchangeTransport::Staged);
 }
 
 #[test]
@@ -464,29 +438,39 @@ fn ll_all_reduces_and_ll_exchanges_alternate_with_a_late_rank() {
         .emulator_late_rank(1, super::LATE)
         .build()
         .expect("emulated team");
-    let mut comm = Communicator::new(&team).unwrap();
     // 16 elements of 4 bytes: LL sizes (the emulator tuning).
-    const N: usize = 16;
-    let values = |k: usize, r: usize| -> Vec<f32> { (0..N).map(|i| (k * 1000 + r * 100 + i) as f32).collect() };
-    let mut sums: Vec<SymBuffer<f32>> = (0..3).map(|_| SymBuffer::new(&team, N).unwrap()).collect();
+    alternate_all_reduces_and_all_gathers(&team, 16, Algorithm::LlOneShot, ferrocomm_kernels::ExchangeTransport::Ll);
+}
+
+/// Three rounds of an all-reduce of `n` f32 by `algorithm` and an all-gather of `n` u32 (which must take
+/// `transport`), replayed from one graph on a team of two, then every result checked.
+fn alternate_all_reduces_and_all_gathers(
+    team: &Team,
+    n: usize,
+    algorithm: Algorithm,
+    transport: ferrocomm_kernels::ExchangeTransport,
+) {
+    let mut comm = Communicator::new(team).unwrap();
+    let values = |k: usize, r: usize| -> Vec<f32> { (0..n).map(|i| (k * 1000 + r * 100 + i) as f32).collect() };
+    let mut sums: Vec<SymBuffer<f32>> = (0..3).map(|_| SymBuffer::new(team, n).unwrap()).collect();
     for (k, sum) in sums.iter_mut().enumerate() {
         for r in 0..2 {
             sum.copy_from_host(r, &values(k, r)).unwrap();
         }
     }
-    let sources: Vec<SymBuffer<u32>> = (0..3).map(|k| filled(&team, k as u32 + 1, N)).collect();
-    let mut gathered: Vec<SymBuffer<u32>> = (0..3).map(|_| SymBuffer::new(&team, 2 * N).unwrap()).collect();
-    assert_eq!(comm.exchange_transport(N * 4), ferrocomm_kernels::ExchangeTransport::Ll);
+    let sources: Vec<SymBuffer<u32>> = (0..3).map(|k| filled(team, k as u32 + 1, n)).collect();
+    let mut gathered: Vec<SymBuffer<u32>> = (0..3).map(|_| SymBuffer::new(team, 2 * n).unwrap()).collect();
+    assert_eq!(comm.exchange_transport(n * 4), transport);
     replay(&mut comm, |c| {
         for ((sum, source), gathered) in sums.iter_mut().zip(&sources).zip(&mut gathered) {
-            drop(c.all_reduce_with(sum, Op::Sum, Algorithm::LlOneShot)?);
+            drop(c.all_reduce_with(sum, Op::Sum, algorithm)?);
             drop(c.all_gather(source, gathered)?);
         }
         Ok(())
     });
     for k in 0..3 {
-        let want: Vec<f32> = (0..N).map(|i| values(k, 0)[i] + values(k, 1)[i]).collect();
-        let want_gathered: Vec<u32> = (0..2).flat_map(|r| pattern(k as u32 + 1, r, N)).collect();
+        let want: Vec<f32> = (0..n).map(|i| values(k, 0)[i] + values(k, 1)[i]).collect();
+        let want_gathered: Vec<u32> = (0..2).flat_map(|r| pattern(k as u32 + 1, r, n)).collect();
         for r in 0..2 {
             assert_eq!(sums[k].to_host(r).unwrap(), want, "all-reduce {k}, rank {r}");
             assert_eq!(gathered[k].to_host(r).unwrap(), want_gathered, "all-gather {k}, rank {r}");
