@@ -9,14 +9,19 @@ use ferrocomm::{Backend, Team};
 use ferrocomm_device::{bf16, f16};
 use ferrocomm_kernels::verify::{self, VerifyError};
 use ferrocomm_kernels::{Algorithm, CommError, Communicator, ExchangeTransport, Op, PingProtocol, Route, Tuning};
-use ferrocomm_tests::EMULATED_LIMIT;
+use ferrocomm_tests::{EMULATED_LIMIT, wait_limit};
 use proptest::prelude::*;
 
 #[path = "collectives_emulated/between_kernels.rs"]
 mod between_kernels;
 
 fn team(world: usize) -> Team {
-    Team::builder().backend(Backend::Emulator).world(world).timeout(EMULATED_LIMIT).build().expect("emulated team")
+    Team::builder()
+        .backend(Backend::Emulator)
+        .world(world)
+        .timeout(wait_limit(EMULATED_LIMIT))
+        .build()
+        .expect("emulated team")
 }
 
 /// How late a late rank is: long against an emulated launch's own work, so its peers run ahead of it as far
@@ -29,7 +34,7 @@ fn team_with_late_rank(world: usize, late: usize) -> Team {
     Team::builder()
         .backend(Backend::Emulator)
         .world(world)
-        .timeout(EMULATED_LIMIT)
+        .timeout(wait_limit(EMULATED_LIMIT))
         .emulator_late_rank(late, LATE)
         .build()
         .expect("emulated team")

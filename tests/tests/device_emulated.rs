@@ -222,7 +222,95 @@ fn non_blocking_put_then_quiet_then_relaxed_signal_publishes_the_data() {
     });
 }
 
+/// One thread per rank puts `LEN` words into its peer, then calls `complete` (the free `quiet()` or
+/// `fence()`) and raises the peer's signal with a *relaxed* store: only the system fence inside `complete`
+/// orders the data before the signal. The peer waits on the signal and must read every word.
+fn put_then_relaxed_signal(complete: fn()) {
+    const WORLD: u32 = 2;
+    const LEN: usize = 77;
+    let src = Sym::new(WORLD, LEN, 0, word);
+    let dst = Sym::new(WORLD, LEN, 4, |_, _| 0u32);
+    let signals = pad(WORLD, 1);
+    let (src_sl, dst_raw, pad_raw) = (src.slices(WORLD), dst.raws(WORLD), signals.raws(WORLD));
+    run_ok(WORLD, [1, 1, 1], [1, 1, 1], 0, &|| {
+        let rank = team::rank();
+        let peer = 1 - rank;
+        let src: &[u32] = arg(src_sl[rank as usize]);
+        let dst: SymSliceMut<u32> = arg(dst_raw[rank as usize]);
+        let pad: SignalPad = arg(pad_raw[rank as usize]);
+        put(Group::Thread, dst.peer(peer), src);
+        complete();
+        pad.peer(peer, 0).set_relaxed(1);
+        pad.local(0).wait_eq(1);
+        for i in 0..LEN {
+            // SAFETY: the wait covers the peer's put, which its fence ordered before the signal.
+            assert_eq!(unsafe { dst.local().read(i) }, word(peer, i), "word {i} from rank {peer}");
+        }
+    });
+}
+
+#[test]
+fn put_then_quiet_then_relaxed_signal_publishes_the_data() {
+    put_then_relaxed_signal(quiet);
+}
+
+#[test]
+fn put_then_fence_then_relaxed_signal_publishes_the_data() {
+    put_then_relaxed_signal(fence);
+}
+
 /// LL round trip on two ranks, `launches` times over the same LL buffers: each rank sends `len` elements
+
+/// A host queue's producer on a ring far smaller than what it pushes, against a host consumer that is slow
+/// to pop: every push into a full ring must wait for the slot's previous descriptor to be popped, so the
+/// consumer sees every descriptor once, in order, none overwritten before it was read.
+#[test]
+fn a_full_host_queue_waits_for_the_consumer_and_loses_no_descriptor() {
+    use ferrocomm_device::queue::{HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_slot};
+
+    const DEPTH: u64 = 2;
+    const PUSHES: u64 = 12;
+    /// One cache line: the ring is 64-byte aligned as the host allocates it.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Line([u8; 64]);
+    let mut ring = vec![Line([0; 64]); ring_bytes(DEPTH as usize) / 64];
+    let base = ring.as_mut_ptr() as usize;
+    // SAFETY: one rank's ring of `DEPTH` slots, aligned, live until the consumer below has joined.
+    let queues = unsafe { HostQueues::new(base as u64, ring_bytes(DEPTH as usize) as u64, DEPTH) };
+    let counter = |offset: usize| {
+        // SAFETY: `head` and `tail` are aligned `u64`s of the ring, accessed atomically on both sides.
+        unsafe { &*((base + offset) as *const AtomicU64) }
+    };
+    let popped = std::thread::scope(|s| {
+        let consumer = s.spawn(|| {
+            let mut seen = Vec::new();
+            let mut tail = 0;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while tail < PUSHES && std::time::Instant::now() < deadline {
+                // Slow, so that the producer finds the ring full and must wait for each pop.
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                if tail < counter(RING_HEAD).load(Ordering::Acquire) {
+                    let slot = base + RING_SLOTS + ring_slot(tail, DEPTH) as usize * SLOT_BYTES;
+                    // SAFETY: the acquire of `head` covers the slot's descriptor, which stays until `tail` moves.
+                    seen.push(unsafe { std::ptr::read_volatile(slot as *const u64) });
+                    tail += 1;
+                    counter(RING_TAIL).store(tail, Ordering::Release);
+                }
+            }
+            seen
+        });
+        run_ok(1, [1, 1, 1], [1, 1, 1], 0, &|| {
+            let mut producer = queues.producer::<u64>();
+            for k in 0..PUSHES {
+                producer.push(1000 + k);
+            }
+        });
+        consumer.join().expect("consumer thread")
+    });
+    let want: Vec<u64> = (1000..1000 + PUSHES).collect();
+    assert_eq!(popped, want, "descriptors the consumer popped from a ring of {DEPTH} slots");
+}
 /// as packets flagged with the launch's epoch and reads the other's. Data differs per launch, so a reader
 /// that accepted a stale packet fails.
 fn ll_round_trip<T>(len: usize, group: Group, launches: u64, make: fn(u32, u64, usize) -> T)

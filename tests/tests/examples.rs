@@ -15,6 +15,7 @@ use ferrocomm_examples::ping_pong::ping_pong;
 use ferrocomm_examples::quickstart::{QuickstartPlan, run_quickstart_with};
 use ferrocomm_examples::{ExampleError, Platform, open_team, run_quickstart};
 use ferrocomm_kernels::{Algorithm, Communicator, Op, PingProtocol};
+use ferrocomm_tests::wait_limit;
 
 /// How long a launch may take before the team calls it stuck. This file's tests run side by side, each
 /// emulating hundreds of GPU threads on as few as two cores (the tensor-parallel GEMV's `mma.sync` among
@@ -25,7 +26,7 @@ const STUCK_AFTER: Duration = Duration::from_secs(60);
 const _: () = assert!(STUCK_AFTER.as_secs() <= ferrocomm_tests::EMULATED_LIMIT.as_secs());
 
 fn emulated(world: usize) -> Team {
-    Team::builder().backend(Backend::Emulator).world(world).timeout(STUCK_AFTER).build().expect("team")
+    Team::builder().backend(Backend::Emulator).world(world).timeout(wait_limit(STUCK_AFTER)).build().expect("team")
 }
 
 fn ok<T>(result: Result<T, ExampleError>) -> T {

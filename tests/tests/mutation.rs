@@ -198,6 +198,19 @@ fn the_hang_budget_outlasts_the_emulated_watchdog() {
         .expect("tools/mutate sets HANG_GRACE_S = <seconds>");
     let watchdog = ferrocomm_tests::EMULATED_LIMIT.as_secs();
     assert!(grace >= watchdog + 20, "HANG_GRACE_S = {grace} s leaves a {watchdog} s watchdog too little time");
+    // The tool shortens the suites' waits (FERROCOMM_TEST_WAIT_LIMIT_S) to seconds, not to nothing: correct
+    // launches of a loaded machine must still finish inside it.
+    let wait: u64 = tool
+        .lines()
+        .find_map(|l| l.strip_prefix("WAIT_LIMIT_S = "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("tools/mutate sets WAIT_LIMIT_S = <seconds>");
+    assert!((20..watchdog).contains(&wait), "WAIT_LIMIT_S = {wait} s: between 20 s and the {watchdog} s watchdog");
+    assert!(
+        tool.contains(ferrocomm_tests::WAIT_LIMIT_ENV),
+        "tools/mutate hands its runs {}",
+        ferrocomm_tests::WAIT_LIMIT_ENV
+    );
 }
 
 #[test]
