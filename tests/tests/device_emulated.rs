@@ -259,6 +259,13 @@ fn put_then_fence_then_relaxed_signal_publishes_the_data() {
     put_then_relaxed_signal(fence);
 }
 
+/// NVSHMEM's `quiet()` outside its own flavour is the same system fence: stores to a peer (as through
+/// `nvshmem::reachable`) are complete after it.
+#[test]
+fn put_then_nvshmem_quiet_then_relaxed_signal_publishes_the_data() {
+    put_then_relaxed_signal(ferrocomm_device::nvshmem::quiet);
+}
+
 /// LL round trip on two ranks, `launches` times over the same LL buffers: each rank sends `len` elements
 
 /// A host queue's producer on a ring far smaller than what it pushes, against a host consumer that is slow

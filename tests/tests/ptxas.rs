@@ -43,12 +43,26 @@ fn every_module_assembles_with_ptxas() {
     let dir = tempfile::tempdir().unwrap();
     let modules = every_module();
     assert!(modules.len() >= 10, "five crates, two architectures each: {}", modules.len());
-    for (name, cc, ptx) in modules {
-        let arch: Arch = format!("sm_{cc}").parse().unwrap();
-        let path = dir.path().join(format!("{name}.sm_{cc}.ptx"));
-        std::fs::write(&path, ptx).unwrap();
-        validate(&ptxas, &path, arch).unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
+    // One ptxas per module at once: each is single-threaded, and the largest module takes it seconds.
+    std::thread::scope(|s| {
+        let running: Vec<_> = modules
+            .iter()
+            .map(|&(name, cc, ptx)| {
+                let (dir, ptxas) = (dir.path(), &ptxas);
+                s.spawn(move || {
+                    let arch: Arch = format!("sm_{cc}").parse().unwrap();
+                    let path = dir.join(format!("{name}.sm_{cc}.ptx"));
+                    std::fs::write(&path, ptx).unwrap();
+                    validate(ptxas, &path, arch).map_err(|e| format!("{name}: {e}"))
+                })
+            })
+            .collect();
+        for r in running {
+            if let Err(e) = r.join().expect("a ptxas thread") {
+                panic!("{e}");
+            }
+        }
+    });
 }
 
 /// The bench's clock-stamp kernel, written in PTX for the modes that load no kernels crate.

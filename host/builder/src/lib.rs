@@ -280,9 +280,8 @@ impl PtxBuilder {
 
         let validated_by = assemble_all(&mut modules)?;
         if let Some(ptxas) = &validated_by {
-            for m in traced.iter().chain(&nvshmem) {
-                ptxas::validate(ptxas, &m.path, m.arch)?;
-            }
+            let others: Vec<&PtxFile> = traced.iter().chain(&nvshmem).collect();
+            each_at_once(&others, |m| ptxas::validate(ptxas, &m.path, m.arch))?;
         }
         let output = PtxOutput { krate, modules, sources, warnings, validated_by, traced, nvshmem, nvshmem_skipped };
         output.write_include(&out_dir.join(INCLUDE_FILE))?;
@@ -695,9 +694,10 @@ fn newest_with_prefix(dir: &Path, prefix: &str, ext: &str) -> Option<PathBuf> {
 fn assemble_all(modules: &mut [PtxFile]) -> Result<Option<PathBuf>, BuildError> {
     match ptxas::find_ptxas() {
         PtxasLocation::Found { path, .. } => {
-            for m in modules.iter_mut() {
-                let cubin = m.path.with_extension("cubin");
-                ptxas::assemble(&path, &m.path, m.arch, &cubin)?;
+            let cubins: Vec<PathBuf> = modules.iter().map(|m| m.path.with_extension("cubin")).collect();
+            let jobs: Vec<(&PtxFile, &PathBuf)> = modules.iter().zip(&cubins).collect();
+            each_at_once(&jobs, |(m, cubin)| ptxas::assemble(&path, &m.path, m.arch, cubin))?;
+            for (m, cubin) in modules.iter_mut().zip(cubins) {
                 m.cubin = Some(cubin);
             }
             Ok(Some(path))
@@ -705,6 +705,17 @@ fn assemble_all(modules: &mut [PtxFile]) -> Result<Option<PathBuf>, BuildError> 
         PtxasLocation::Missing if ptxas::ptxas_required() => Err(BuildError::PtxasMissing),
         PtxasLocation::Missing => Ok(None),
     }
+}
+
+/// Runs `job` on every item at once, one thread each, and returns the first error in the items' order.
+/// ptxas is single-threaded and takes tens of seconds on a large module: the architectures' modules of a
+/// crate assemble side by side instead of one after another (a rebuild of one kernels crate, as a mutant's,
+/// otherwise waits for them in turn).
+fn each_at_once<T: Sync>(items: &[T], job: impl Fn(&T) -> Result<(), BuildError> + Sync) -> Result<(), BuildError> {
+    std::thread::scope(|s| {
+        let running: Vec<_> = items.iter().map(|item| s.spawn(|| job(item))).collect();
+        running.into_iter().map(|r| r.join().expect("a ptxas thread panicked")).collect()
+    })
 }
 
 #[cfg(test)]
