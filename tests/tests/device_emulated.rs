@@ -24,7 +24,7 @@ mod support;
 mod warp;
 #[path = "device_emulated/weak_memory.rs"]
 mod weak_memory;
-use support::{Group, Sym, TIMEOUT_NS, arg, block_for, byte, pad, run, run_ok, source_line, word};
+use support::{Group, Outcome, Sym, TIMEOUT_NS, arg, block_for, byte, pad, run, run_ok, source_line, word};
 
 /// Each rank puts (or gets) `len` elements between its `src` and rank `next`'s `dst`; checks every
 /// element and that nothing past the end was written.
@@ -268,55 +268,127 @@ fn put_then_nvshmem_quiet_then_relaxed_signal_publishes_the_data() {
 
 /// LL round trip on two ranks, `launches` times over the same LL buffers: each rank sends `len` elements
 
-/// A host queue's producer on a ring far smaller than what it pushes, against a host consumer that is slow
-/// to pop: every push into a full ring must wait for the slot's previous descriptor to be popped, so the
-/// consumer sees every descriptor once, in order, none overwritten before it was read.
-#[test]
-fn a_full_host_queue_waits_for_the_consumer_and_loses_no_descriptor() {
+/// One rank's host queue of `DEPTH` slots in host memory, watched by the emulator's checker, and a host
+/// consumer that pops `count` descriptors slowly (a few milliseconds each), so that a producer pushing
+/// more than `DEPTH` finds the ring full. `produce` runs the launches that push; the result is what the
+/// consumer popped, in order, and how the launches ended.
+fn through_a_host_queue(
+    count: u64,
+    produce: &dyn Fn(ferrocomm_device::queue::HostQueues) -> Vec<Outcome>,
+) -> (Vec<u64>, Vec<Outcome>) {
+    use ferrocomm_device::emu::{QueueLayout, watch_host_queues};
     use ferrocomm_device::queue::{HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_slot};
 
-    const DEPTH: u64 = 2;
-    const PUSHES: u64 = 12;
     /// One cache line: the ring is 64-byte aligned as the host allocates it.
     #[derive(Clone, Copy)]
     #[repr(C, align(64))]
     struct Line([u8; 64]);
-    let mut ring = vec![Line([0; 64]); ring_bytes(DEPTH as usize) / 64];
+    let bytes = ring_bytes(QUEUE_DEPTH as usize);
+    let mut ring = vec![Line([0; 64]); bytes / 64];
     let base = ring.as_mut_ptr() as usize;
-    // SAFETY: one rank's ring of `DEPTH` slots, aligned, live until the consumer below has joined.
-    let queues = unsafe { HostQueues::new(base as u64, ring_bytes(DEPTH as usize) as u64, DEPTH) };
+    let layout = QueueLayout {
+        base,
+        stride: bytes,
+        rings: 1,
+        depth: QUEUE_DEPTH,
+        head: RING_HEAD,
+        tail: RING_TAIL,
+        slots: RING_SLOTS,
+        slot_bytes: SLOT_BYTES,
+    };
+    let _watched = watch_host_queues(layout);
+    // SAFETY: one rank's ring of `QUEUE_DEPTH` slots, aligned, live until the consumer below has joined.
+    let queues = unsafe { HostQueues::new(base as u64, bytes as u64, QUEUE_DEPTH) };
     let counter = |offset: usize| {
         // SAFETY: `head` and `tail` are aligned `u64`s of the ring, accessed atomically on both sides.
         unsafe { &*((base + offset) as *const AtomicU64) }
     };
-    let popped = std::thread::scope(|s| {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
         let consumer = s.spawn(|| {
-            let mut seen = Vec::new();
+            let mut popped = Vec::new();
             let mut tail = 0;
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-            while tail < PUSHES && std::time::Instant::now() < deadline {
-                // Slow, so that the producer finds the ring full and must wait for each pop.
+            // `stop`: the launches have ended, so what is published now is all there will be.
+            while tail < count {
+                let ended = stop.load(Ordering::Acquire);
                 std::thread::sleep(std::time::Duration::from_millis(3));
-                if tail < counter(RING_HEAD).load(Ordering::Acquire) {
-                    let slot = base + RING_SLOTS + ring_slot(tail, DEPTH) as usize * SLOT_BYTES;
+                let head = counter(RING_HEAD).load(Ordering::Acquire);
+                if ended && tail >= head {
+                    break;
+                }
+                if tail < head {
+                    let slot = base + RING_SLOTS + ring_slot(tail, QUEUE_DEPTH) as usize * SLOT_BYTES;
                     // SAFETY: the acquire of `head` covers the slot's descriptor, which stays until `tail` moves.
-                    seen.push(unsafe { std::ptr::read_volatile(slot as *const u64) });
+                    popped.push(unsafe { std::ptr::read_volatile(slot as *const u64) });
                     tail += 1;
                     counter(RING_TAIL).store(tail, Ordering::Release);
                 }
             }
-            seen
+            popped
         });
-        run_ok(1, [1, 1, 1], [1, 1, 1], 0, &|| {
-            let mut producer = queues.producer::<u64>();
-            for k in 0..PUSHES {
-                producer.push(1000 + k);
-            }
-        });
-        consumer.join().expect("consumer thread")
+        let outcomes = produce(queues);
+        stop.store(true, Ordering::Release);
+        (consumer.join().expect("consumer thread"), outcomes)
+    })
+}
+
+const QUEUE_DEPTH: u64 = 2;
+
+/// A host queue's producer on a ring far smaller than what it pushes, over two launches, against a slow
+/// consumer: every push into a full ring waits for the slot's previous descriptor to be popped (the second
+/// launch's producer starts from the tail it acquires), so the consumer sees every descriptor once, in
+/// order, none overwritten before it was read.
+#[test]
+fn a_full_host_queue_waits_for_the_consumer_and_loses_no_descriptor() {
+    const PUSHES: u64 = 9;
+    let (popped, outcomes) = through_a_host_queue(2 * PUSHES, &|queues| {
+        let mut outcomes = Vec::new();
+        for launch in 0..2 {
+            outcomes.extend(run(1, [1, 1, 1], [1, 1, 1], 0, TIMEOUT_NS, &|| {
+                let mut producer = queues.producer::<u64>();
+                for k in 0..PUSHES {
+                    producer.push(1000 * (launch + 1) + k);
+                }
+            }));
+        }
+        outcomes
     });
-    let want: Vec<u64> = (1000..1000 + PUSHES).collect();
-    assert_eq!(popped, want, "descriptors the consumer popped from a ring of {DEPTH} slots");
+    for o in &outcomes {
+        assert!(o.result.is_ok() && o.records().is_empty(), "{:?} {:?}", o.result, o.records());
+    }
+    let want: Vec<u64> = (1000..1000 + PUSHES).chain(2000..2000 + PUSHES).collect();
+    assert_eq!(popped, want, "descriptors the consumer popped from a ring of {QUEUE_DEPTH} slots");
+}
+
+/// The checker's side of the same protocol: a producer that writes a slot of a full ring having read the
+/// consumer's tail only with a relaxed load is stopped at that write, naming the descriptor it overwrites.
+#[test]
+fn a_host_queue_slot_reused_without_acquiring_the_tail_is_reported() {
+    use ferrocomm_device::queue::{RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES};
+
+    let (_, outcomes) = through_a_host_queue(QUEUE_DEPTH + 1, &|queues| {
+        run(1, [1, 1, 1], [1, 1, 1], 0, TIMEOUT_NS, &|| {
+            let base = queues.base() as usize;
+            // SAFETY: the ring's counters, aligned `u64`s accessed atomically.
+            let (head, tail) = unsafe {
+                (
+                    SysAtomicU64::from_ptr((base + RING_HEAD) as *mut u64),
+                    SysAtomicU64::from_ptr((base + RING_TAIL) as *mut u64),
+                )
+            };
+            for k in 0..=QUEUE_DEPTH {
+                // The rogue producer: it spins on the tail relaxed, so nothing orders its write after the pop.
+                while k >= QUEUE_DEPTH && tail.load_relaxed() < k + 1 - QUEUE_DEPTH {}
+                let slot = base + RING_SLOTS + (k % QUEUE_DEPTH) as usize * SLOT_BYTES;
+                // SAFETY: a slot of the ring; the consumer reads it only after `head` moves past it.
+                unsafe { std::ptr::write_volatile(slot as *mut u64, 7) };
+                ferrocomm_device::emu::lower::check::queued(slot);
+                head.store_release(k + 1);
+            }
+        })
+    });
+    let err = outcomes[0].result.as_ref().expect_err("the rogue push must be stopped").to_string();
+    assert!(err.contains("descriptor 2 written into slot 0") && err.contains("acquired"), "{err}");
 }
 /// as packets flagged with the launch's epoch and reads the other's. Data differs per launch, so a reader
 /// that accepted a stale packet fails.

@@ -47,7 +47,7 @@ pub mod weak;
 
 use ferrocomm_abi::{LaunchCtx, ThreadRef};
 
-pub use check::Issued;
+pub use check::{Issued, QueueLayout, WatchedQueues, watch_host_queues};
 pub use schedule::LateRank;
 pub use team::{TeamLaunch, Timeline};
 

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{CudaContext, result};
-use ferrocomm_device::emu::Issued;
+use ferrocomm_device::emu::{Issued, QueueLayout, WatchedQueues, watch_host_queues};
 use ferrocomm_device::queue::{HostQueues, RING_HEAD, RING_SLOTS, RING_TAIL, SLOT_BYTES, ring_bytes, ring_slot};
 use ferrocomm_kernels::kernels::proxy::ProxyDescriptor;
 
@@ -42,6 +42,8 @@ pub struct Rings {
     world: usize,
     depth: usize,
     stride: usize,
+    /// Host rings are the emulator's: its checker watches the pushes into them until they are freed.
+    watched: Option<WatchedQueues>,
 }
 
 // SAFETY: the memory is shared with the GPUs by design; the host touches it only through `head`/`tail`
@@ -82,7 +84,17 @@ impl Rings {
             std::alloc::handle_alloc_error(layout);
         }
         let device_base = ptr as u64;
-        Ok(Rings { ptr, owner: Owner::Host(layout), device_base, world, depth, stride })
+        let watched = Some(watch_host_queues(QueueLayout {
+            base: ptr as usize,
+            stride,
+            rings: world,
+            depth: depth as u64,
+            head: RING_HEAD,
+            tail: RING_TAIL,
+            slots: RING_SLOTS,
+            slot_bytes: SLOT_BYTES,
+        }));
+        Ok(Rings { ptr, owner: Owner::Host(layout), device_base, world, depth, stride, watched })
     }
 
     /// Rings for the GPUs `ctxs` (one per rank): pinned host memory, portable and mapped into every
@@ -107,6 +119,7 @@ impl Rings {
             world: ctxs.len(),
             depth,
             stride,
+            watched: None,
         };
         // SAFETY: `host` holds `bytes` writable bytes.
         unsafe { std::ptr::write_bytes(rings.ptr, 0, bytes) };
@@ -217,6 +230,8 @@ impl Rings {
 
 impl Drop for Rings {
     fn drop(&mut self) {
+        // Unwatched before the memory goes: another allocation may take its place.
+        drop(self.watched.take());
         match &self.owner {
             Owner::Cuda(ctx) => {
                 if ctx.bind_to_thread().is_ok() {

@@ -53,6 +53,7 @@ mod atomics;
 mod clock;
 mod epochs;
 mod history;
+mod queues;
 mod report;
 mod shadow;
 mod source;
@@ -67,6 +68,7 @@ pub(crate) use atomics::Place;
 pub use atomics::{AtomicOp, Scope};
 pub(crate) use clock::{Clock, Deposit, join_deposits};
 pub(crate) use history::History;
+pub use queues::{QueueLayout, WatchedQueues, watch_host_queues};
 use report::Finding;
 pub(crate) use report::{Geometry, record_panic};
 pub use shadow::Access;
@@ -151,6 +153,9 @@ pub(crate) struct ThreadCheck {
     /// Per atomic address, the version of its publications this thread acquired last (polls skip joining
     /// them again).
     acquired: AddrMap<u64>,
+    /// Per atomic address, the largest value this thread read there with acquire (a host queue's `tail`:
+    /// how far the thread knows the consumer has read, see `queues`).
+    acquired_values: AddrMap<u64>,
     /// The signal a `Signal::wait` of this thread is polling.
     signal_wait: Option<u64>,
 }
@@ -240,6 +245,7 @@ impl Checker {
             nbi: Vec::new(),
             syncvars: AddrMap::default(),
             acquired: AddrMap::default(),
+            acquired_values: AddrMap::default(),
             signal_wait: None,
         }
     }
@@ -438,7 +444,12 @@ where
         (Some(checker), Some(cell)) => {
             let mut tc = cell.borrow_mut();
             let var = checker.syncvar(&mut tc, addr);
-            var.run(&mut tc, (addr, scope, place(&t)), op, f)
+            let v = var.run(&mut tc, (addr, scope, place(&t)), op, f);
+            if acquire && matches!(op, AtomicOp::Load(_)) {
+                let seen = tc.acquired_values.entry(addr).or_default();
+                *seen = (*seen).max(v.into());
+            }
+            v
         }
         _ => f(),
     };
@@ -735,6 +746,27 @@ static ISSUED: Mutex<AddrMap<Issued>> = Mutex::new(HashMap::with_hasher(BuildHas
 #[track_caller]
 pub fn queued(slot: usize) {
     let loc = Location::caller();
+    if let Some((head, tail, depth)) = queues::ring_of(slot) {
+        let unordered = with(|_, t, tc| {
+            // The descriptor pushed is the `head`-th: what the thread last wrote there, buffered or not.
+            // SAFETY: a watched ring's `head` is an aligned `u64` of live memory (`watch_host_queues`).
+            let pushed = weak::forward(t, head, 8)
+                .unwrap_or_else(|| unsafe { &*(head as *const std::sync::atomic::AtomicU64) }.load(Ordering::Relaxed));
+            let needed = (pushed + 1).saturating_sub(depth);
+            let known = tc.acquired_values.get(&tail).copied().unwrap_or(0);
+            (known < needed).then_some((pushed, needed, known))
+        });
+        if let Some(Some((pushed, needed, known))) = unordered {
+            panic!(
+                "host queue: descriptor {pushed} written into slot {} (of {depth}) before this thread acquired the \
+                 consumer's tail at {needed}, which frees the slot of descriptor {}: the consumer may still be \
+                 reading it (the most this thread acquired is {known}); wait for the tail with acquire \
+                 (Signal::wait_ge) before reusing a slot",
+                pushed % depth,
+                pushed - depth,
+            );
+        }
+    }
     let issued = with(|_, t, tc| Issued {
         session: Arc::clone(t.launch.session()),
         clock: tc.clock.clone(),
