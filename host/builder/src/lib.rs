@@ -714,7 +714,7 @@ fn assemble_all(modules: &mut [PtxFile]) -> Result<Option<PathBuf>, BuildError> 
 fn each_at_once<T: Sync>(items: &[T], job: impl Fn(&T) -> Result<(), BuildError> + Sync) -> Result<(), BuildError> {
     std::thread::scope(|s| {
         let running: Vec<_> = items.iter().map(|item| s.spawn(|| job(item))).collect();
-        running.into_iter().map(|r| r.join().expect("a ptxas thread panicked")).collect()
+        running.into_iter().try_for_each(|r| r.join().expect("a ptxas thread panicked"))
     })
 }
 
