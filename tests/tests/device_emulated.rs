@@ -268,6 +268,41 @@ fn put_then_nvshmem_quiet_then_relaxed_signal_publishes_the_data() {
 
 /// LL round trip on two ranks, `launches` times over the same LL buffers: each rank sends `len` elements
 
+/// NVSHMEM's non-blocking put with signal, completed by its token's `quiet()`, then a second signal raised
+/// *relaxed*: the put's data (every thread of the block sent a share) is complete at the quiet, so a peer
+/// that waits on the second signal alone reads all of it. (Outside NVSHMEM's own flavour the put is a
+/// blocking put whose signal is a release; only the quiet's system fence orders the block's data before the
+/// relaxed signal.)
+#[test]
+fn a_remote_put_completed_by_quiet_is_published_by_a_relaxed_signal() {
+    const WORLD: u32 = 2;
+    const LEN: usize = 300;
+    let src = Sym::new(WORLD, LEN, 0, word);
+    let dst = Sym::new(WORLD, LEN, 0, |_, _| 0u32);
+    let signals = pad(WORLD, 2);
+    let (src_raw, dst_raw, pad_raw) = (src.raws(WORLD), dst.raws(WORLD), signals.raws(WORLD));
+    run_ok(WORLD, [1, 1, 1], [64, 1, 1], 0, &|| {
+        let rank = team::rank();
+        let peer = 1 - rank;
+        let src: SymSlice<u32> = arg(src_raw[rank as usize]);
+        let dst: SymSliceMut<u32> = arg(dst_raw[rank as usize]);
+        let pad: SignalPad = arg(pad_raw[rank as usize]);
+        let session = pad.session();
+        let ch = session.channel(peer);
+        ferrocomm_device::nvshmem::put_signal_nbi(Group::Block, &ch, dst, 0, src.peer(rank), 0, SignalOp::Add(1))
+            .quiet();
+        if thread_rank() == 0 {
+            pad.peer(peer, 1).set_relaxed(1);
+            pad.local(1).wait_eq(1);
+        }
+        sync_threads();
+        for i in (thread_rank() as usize..LEN).step_by(64) {
+            // SAFETY: the wait covers the peer's put, which its quiet completed before the signal.
+            assert_eq!(unsafe { dst.local().read(i) }, word(peer, i), "word {i} from rank {peer}");
+        }
+    });
+}
+
 /// One rank's host queue of `DEPTH` slots in host memory, watched by the emulator's checker, and a host
 /// consumer that pops `count` descriptors slowly (a few milliseconds each), so that a producer pushing
 /// more than `DEPTH` finds the ring full. `produce` runs the launches that push; the result is what the
