@@ -699,11 +699,10 @@ fn a_panic_is_recorded_with_its_location_and_traps_the_launch() {
     assert!(r.file_name().ends_with("device_emulated.rs"), "{}", r.file_name());
 }
 
-#[test]
-fn message_passing_litmus_never_reads_stale_data() {
-    // Rank 0 writes 64 words with weak stores, then raises the flag with release; rank 1 acquires the flag
-    // and checks every word, then acknowledges, and the next trial overwrites the same words.
-    const TRIALS: u64 = 2000;
+/// The message-passing litmus: rank 0 writes 64 words with weak stores, then raises the flag with release;
+/// rank 1 waits for the flag (`wait(flag, trial)`, an acquire) and checks every word, then acknowledges,
+/// and the next of `trials` overwrites the same words.
+fn message_passing(trials: u64, wait: &(dyn Fn(Signal, u64) + Sync)) {
     const WORDS: usize = 64;
     let data = Sym::new(2, WORDS, 0, |_, _| 0u64);
     let signals = pad(2, 2);
@@ -713,7 +712,7 @@ fn message_passing_litmus_never_reads_stale_data() {
         let rank = team::rank();
         let data: SymSliceMut<u64> = arg(d_raw[rank as usize]);
         let pad: SignalPad = arg(p_raw[rank as usize]);
-        for trial in 1..=TRIALS {
+        for trial in 1..=trials {
             if rank == 0 {
                 let peer = data.peer(1);
                 for i in 0..WORDS {
@@ -723,7 +722,7 @@ fn message_passing_litmus_never_reads_stale_data() {
                 pad.peer(1, 0).set_release(trial);
                 pad.local(1).wait_ge(trial);
             } else {
-                pad.local(0).wait_ge(trial);
+                wait(pad.local(0), trial);
                 for i in 0..WORDS {
                     // SAFETY: the acquire above orders this read after the writes.
                     if unsafe { data.local().read(i) } != trial * 1000 + i as u64 {
@@ -735,6 +734,25 @@ fn message_passing_litmus_never_reads_stale_data() {
         }
     });
     assert_eq!(stale.into_inner(), 0, "stale reads after an acquire of a release-published flag");
+}
+
+#[test]
+fn message_passing_litmus_never_reads_stale_data() {
+    message_passing(2000, &|flag, trial| {
+        flag.wait_ge(trial);
+    });
+}
+
+/// The same with the flag waited for by equality and by inequality (with the previous trial's value): each
+/// wait acquires.
+#[test]
+fn message_passing_by_every_comparison_never_reads_stale_data() {
+    message_passing(300, &|flag, trial| {
+        flag.wait_eq(trial);
+    });
+    message_passing(300, &|flag, trial| {
+        flag.wait_ne(trial - 1);
+    });
 }
 
 #[test]
