@@ -370,15 +370,26 @@ fn through_a_host_queue(
 const QUEUE_DEPTH: u64 = 2;
 
 /// A host queue's producer on a ring far smaller than what it pushes, over two launches, against a slow
-/// consumer: every push into a full ring waits for the slot's previous descriptor to be popped (the second
-/// launch's producer starts from the tail it acquires), so the consumer sees every descriptor once, in
-/// order, none overwritten before it was read.
+/// consumer: every push into a full ring waits for the slot's previous descriptor to be popped, so the
+/// consumer sees every descriptor once, in order, none overwritten before it was read. The second launch
+/// starts once the consumer has popped everything: its producer finds free slots by the tail it acquires
+/// as it opens the ring, and pushes into them at once.
 #[test]
 fn a_full_host_queue_waits_for_the_consumer_and_loses_no_descriptor() {
+    use ferrocomm_device::queue::RING_TAIL;
     const PUSHES: u64 = 9;
     let (popped, outcomes) = through_a_host_queue(2 * PUSHES, &|queues| {
         let mut outcomes = Vec::new();
         for launch in 0..2 {
+            if launch == 1 {
+                // SAFETY: the ring's `tail`, an aligned `u64` the consumer stores atomically.
+                let tail = unsafe { &*((queues.base() as usize + RING_TAIL) as *const AtomicU64) };
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while tail.load(Ordering::Acquire) < PUSHES {
+                    assert!(std::time::Instant::now() < deadline, "the consumer stopped popping");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
             outcomes.extend(run(1, [1, 1, 1], [1, 1, 1], 0, TIMEOUT_NS, &|| {
                 let mut producer = queues.producer::<u64>();
                 for k in 0..PUSHES {

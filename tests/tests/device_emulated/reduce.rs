@@ -109,17 +109,18 @@ fn warp_group_sums_reach_each_groups_first_warp_in_warp_order() {
     }
 }
 
-/// Two sums back to back in one block: the second call's writes to the shared stash must wait until every
-/// warp has read the first call's (the barrier that ends a call), or a slow warp adds the next call's
-/// values into this call's totals.
+/// Sums back to back in one block: a call's writes to the shared stash must wait until every warp has read
+/// the previous call's (the barrier that ends a call), or a slow warp adds the next call's values into this
+/// call's totals. Many calls in many warps, so that some warp is slow.
 #[test]
 fn back_to_back_block_sums_keep_their_own_values() {
+    const CALLS: usize = 12;
     fn twice<const R: usize>(threads: u32) {
         let got = Mutex::new(Vec::new());
         let shared = sum_across_block_bytes(R, threads as usize / 32);
         run_ok(1, [2, 1, 1], [threads, 1, 1], shared, &|| {
             let t = thread_rank();
-            let calls: [[f32; R]; 3] = core::array::from_fn(|call| {
+            let calls: [[f32; R]; CALLS] = core::array::from_fn(|call| {
                 sum_across_block(core::array::from_fn::<f32, R, _>(|r| value(t, r, false) + (call * 1000) as f32))
             });
             got.lock().unwrap().push((block_rank(), t, calls));
@@ -132,7 +133,7 @@ fn back_to_back_block_sums_keep_their_own_values() {
             }
         }
     }
-    for threads in [64, 96, 128] {
+    for threads in [64, 96, 256] {
         twice::<1>(threads);
         twice::<2>(threads);
         twice::<3>(threads);
