@@ -124,6 +124,8 @@ pub struct PtxOutput {
     pub nvshmem: Vec<PtxFile>,
     /// Why an NVSHMEM flavour that was asked for was not built (the bitcode is missing).
     pub nvshmem_skipped: Option<String>,
+    /// The NVSHMEM device bitcode the flavour was linked with: a build script reruns when it changes.
+    pub nvshmem_bitcode: Option<PathBuf>,
 }
 
 impl PtxBuilder {
@@ -259,8 +261,8 @@ impl PtxBuilder {
             krate = built.krate;
         }
 
-        let (nvshmem, nvshmem_skipped) = match &self.nvshmem_arches {
-            None => (Vec::new(), None),
+        let (nvshmem, nvshmem_skipped, nvshmem_bitcode) = match &self.nvshmem_arches {
+            None => (Vec::new(), None, None),
             Some(chosen) => {
                 let nv_arches = if chosen.is_empty() { arches.clone() } else { chosen.clone() };
                 let mut build_one = |arch: Arch| {
@@ -283,7 +285,17 @@ impl PtxBuilder {
             let others: Vec<&PtxFile> = traced.iter().chain(&nvshmem).collect();
             each_at_once(&others, |m| ptxas::validate(ptxas, &m.path, m.arch))?;
         }
-        let output = PtxOutput { krate, modules, sources, warnings, validated_by, traced, nvshmem, nvshmem_skipped };
+        let output = PtxOutput {
+            krate,
+            modules,
+            sources,
+            warnings,
+            validated_by,
+            traced,
+            nvshmem,
+            nvshmem_skipped,
+            nvshmem_bitcode,
+        };
         output.write_include(&out_dir.join(INCLUDE_FILE))?;
         output.write_sass_include(&out_dir.join(SASS_INCLUDE_FILE))?;
         output.write_trace_include(&out_dir.join(TRACE_INCLUDE_FILE))?;
@@ -296,13 +308,15 @@ impl PtxBuilder {
 
     /// The NVSHMEM flavour for `arches`: finds the bitcode (or says why the flavour is skipped), checks the
     /// LLVM tools, then per architecture runs the nested build (`nested`) and links its bitcode into PTX
-    /// that must carry the expected NVSHMEM version.
+    /// that must carry the expected NVSHMEM version. Returns the modules, why none were built, and the
+    /// bitcode they were linked with.
+    #[allow(clippy::type_complexity)]
     fn build_nvshmem(
         &self,
         arches: &[Arch],
         out_dir: &Path,
         nested: &mut dyn FnMut(Arch) -> Result<Nested, BuildError>,
-    ) -> Result<(Vec<PtxFile>, Option<String>), BuildError> {
+    ) -> Result<(Vec<PtxFile>, Option<String>, Option<PathBuf>), BuildError> {
         let expected = nvshmem::expected_version()?;
         let bitcode = match nvshmem::find_bitcode() {
             nvshmem::BitcodeLocation::Found { path, .. } => path,
@@ -312,7 +326,7 @@ impl PtxBuilder {
                 if nvshmem::nvshmem_required() {
                     return Err(err);
                 }
-                return Ok((Vec::new(), Some(err.to_string())));
+                return Ok((Vec::new(), Some(err.to_string()), None));
             }
         };
         let (sysroot, host, compiler_llvm) = self.compiler_facts()?;
@@ -343,7 +357,7 @@ impl PtxBuilder {
             }
             files.push(PtxFile { arch, path: ptx, cubin: None });
         }
-        Ok((files, None))
+        Ok((files, None, Some(bitcode)))
     }
 
     /// The compiler's sysroot, host triple and LLVM major version (`rustc --print sysroot`, `rustc -vV`).
@@ -489,11 +503,15 @@ impl PtxOutput {
         }
     }
 
-    fn print_cargo_directives(&self, manifest: &Path) {
-        println!("cargo:rerun-if-changed={}", manifest.display());
-        for source in &self.sources {
-            println!("cargo:rerun-if-changed={}", source.display());
-        }
+    /// The `cargo:rerun-if-*` lines: the build's inputs only. A file the build script writes itself must
+    /// not be one: cargo dates a script's run from its start, so such a file would always look changed and
+    /// every build would rerun the script and rebuild everything that depends on the crate.
+    fn rerun_directives(&self, manifest: &Path) -> Vec<String> {
+        let files = std::iter::once(manifest).chain(self.sources.iter().map(PathBuf::as_path));
+        let mut lines: Vec<String> = files
+            .chain(self.nvshmem_bitcode.as_deref())
+            .map(|f| format!("cargo:rerun-if-changed={}", f.display()))
+            .collect();
         for var in [
             ARCHES_ENV,
             TRACE_ARCHES_ENV,
@@ -504,10 +522,14 @@ impl PtxOutput {
             nvshmem::REQUIRE_ENV,
             nvshmem::VERSION_ENV,
         ] {
-            println!("cargo:rerun-if-env-changed={var}");
+            lines.push(format!("cargo:rerun-if-env-changed={var}"));
         }
-        for m in &self.nvshmem {
-            println!("cargo:rerun-if-changed={}", m.path.display());
+        lines
+    }
+
+    fn print_cargo_directives(&self, manifest: &Path) {
+        for line in self.rerun_directives(manifest) {
+            println!("{line}");
         }
         if let Some(why) = &self.nvshmem_skipped {
             println!("cargo:warning=the NVSHMEM flavour of {} was not built: {why}", self.krate);
@@ -746,6 +768,27 @@ mod tests {
     }
 
     #[test]
+    fn a_build_script_reruns_on_its_inputs_never_on_what_it_wrote() {
+        let out_dir = Path::new("/w/target/debug/build/k-0123/out");
+        let bitcode = PathBuf::from("/site-packages/nvidia/nvshmem/lib/libnvshmem_device.bc");
+        let out = PtxOutput {
+            krate: "k".into(),
+            modules: vec![PtxFile { arch: Arch::SM_80, path: out_dir.join("k.sm_80.ptx"), cubin: None }],
+            sources: vec![PathBuf::from("/w/k/src/lib.rs")],
+            warnings: vec![],
+            validated_by: None,
+            traced: vec![PtxFile { arch: Arch::SM_80, path: out_dir.join("k.sm_80.trace.ptx"), cubin: None }],
+            nvshmem: vec![PtxFile { arch: Arch::SM_80, path: out_dir.join("k.sm_80.nvshmem.ptx"), cubin: None }],
+            nvshmem_skipped: None,
+            nvshmem_bitcode: Some(bitcode.clone()),
+        };
+        let lines = out.rerun_directives(Path::new("/w/k/Cargo.toml"));
+        let files: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("cargo:rerun-if-changed=")).collect();
+        assert_eq!(files, ["/w/k/Cargo.toml", "/w/k/src/lib.rs", bitcode.to_str().unwrap()]);
+        assert!(lines.contains(&format!("cargo:rerun-if-env-changed={ARCHES_ENV}")), "{lines:?}");
+    }
+
+    #[test]
     fn include_file_is_a_slice_of_arch_and_ptx() {
         let dir = tempfile::tempdir().unwrap();
         let out = PtxOutput {
@@ -764,6 +807,7 @@ mod tests {
             traced: vec![PtxFile { arch: Arch::SM_90, path: dir.path().join("k.sm_90.trace.ptx"), cubin: None }],
             nvshmem: vec![],
             nvshmem_skipped: None,
+            nvshmem_bitcode: None,
         };
         let inc = dir.path().join(INCLUDE_FILE);
         out.write_include(&inc).unwrap();
