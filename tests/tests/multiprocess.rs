@@ -184,12 +184,14 @@ fn play(scenario: &str) -> Result<(), Box<dyn std::error::Error>> {
             let mut comm = ferrocomm_kernels::Communicator::new(&team)?;
             let mut buf = SymBuffer::<f32>::new(&team, 64)?;
             comm.all_reduce(&mut buf, ferrocomm_kernels::Op::Sum)?.wait()?;
-            let guard = comm.all_reduce(&mut buf, ferrocomm_kernels::Op::Sum)?;
             if rank == 1 {
-                // Gone without a word while its kernel runs, as a process the OOM killer takes is.
+                // Gone without a word while the survivor's next collective waits on it, as a process the
+                // OOM killer takes is. It dies before launching its own part: dying just after the launch
+                // would race with its kernel, which can raise its signals first and let the survivor's
+                // collective complete.
                 std::process::abort();
             }
-            guard.wait()?;
+            comm.all_reduce(&mut buf, ferrocomm_kernels::Op::Sum)?.wait()?;
         }
         "sizes" => {
             let _buf = SymBuffer::<f32>::new(&team, if rank == 0 { 10 } else { 20 })?;
