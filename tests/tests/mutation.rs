@@ -223,6 +223,19 @@ fn the_ci_sample_fails_on_a_site_the_tool_no_longer_finds() {
 }
 
 #[test]
+fn the_ci_sample_draws_only_from_the_rows_named_by_only() {
+    if on_device() {
+        return;
+    }
+    // Nothing is built: the filter leaves no row, which is an error, not a check that passed.
+    let dir = fixture_with_row("lib.rs:publish:set_release#1/relaxed", "publish_is_seen");
+    let root = dir.path().to_str().expect("a UTF-8 temporary path");
+    let out = mutate(&["--root", root, "--ci-sample", "1000", "--only", "^queue[.]rs:"]);
+    let out_text = text(&out);
+    assert!(!out.status.success() && out_text.contains("whose id matches '^queue[.]rs:'"), "{out_text}");
+}
+
+#[test]
 fn marking_accepted_survivors_changes_only_their_cells() {
     if on_device() {
         return;
