@@ -104,7 +104,7 @@ pub const FORMATTED_MESSAGE: &str = "<formatted message: run the kernel on the e
 /// | `SourceOverwritten` | first changed source byte | destination address, source address | [`SourceCheck`] | the put |
 /// | `BarrierMismatch` | the pad's base address on this rank | advances expected, advances made | [`MismatchScope`] | the last `advance_epoch` |
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ErrorRecord {
     /// An [`ErrorKind`] as `u32`.
     pub kind: u32,
@@ -179,6 +179,31 @@ impl ErrorRecord {
     /// The decoded [`ErrorKind`], `None` for a code this library does not know.
     pub fn error_kind(&self) -> Option<ErrorKind> {
         ErrorKind::from_u32(self.kind)
+    }
+}
+
+/// The fixed-size byte fields as the strings they hold, and the kind by name: a failing assertion on
+/// records then reads `file: "src/lib.rs"`, not 96 numbers.
+impl core::fmt::Debug for ErrorRecord {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut d = f.debug_struct("ErrorRecord");
+        match self.error_kind() {
+            Some(kind) => d.field("kind", &kind),
+            None => d.field("kind", &self.kind),
+        };
+        d.field("rank", &self.rank)
+            .field("block", &self.block)
+            .field("thread", &self.thread)
+            .field("signal", &format_args!("{:#x}", self.signal))
+            .field("expected", &self.expected)
+            .field("observed", &self.observed)
+            .field("cmp", &self.cmp)
+            .field("file", &self.file_name())
+            .field("line", &self.line)
+            .field("column", &self.column)
+            .field("message", &self.message())
+            .field("origin", &self.origin)
+            .finish()
     }
 }
 
@@ -573,8 +598,26 @@ const _: () = assert!(core::mem::size_of::<TraceRing>() <= TRACE_HEADER_BYTES);
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use super::{ERROR_FILE_BYTES, ERROR_MESSAGE_BYTES, file_tail, message_head};
+    use super::{ERROR_FILE_BYTES, ERROR_MESSAGE_BYTES, ErrorKind, ErrorRecord, file_tail, message_head};
     use std::format;
+
+    #[test]
+    fn a_record_prints_its_strings_and_kind_not_their_bytes() {
+        let mut r = ErrorRecord { kind: ErrorKind::Panic as u32, line: 7, ..ErrorRecord::EMPTY };
+        let (file, message) = (file_tail("src/lib.rs"), message_head("planted"));
+        r.file[..file.len()].copy_from_slice(file);
+        r.file_len = file.len() as u32;
+        r.message[..message.len()].copy_from_slice(message);
+        r.message_len = message.len() as u32;
+        let shown = format!("{r:?}");
+        assert!(
+            shown.starts_with("ErrorRecord { kind: Panic, ")
+                && shown.contains(r#"file: "src/lib.rs", line: 7"#)
+                && shown.contains(r#"message: "planted""#),
+            "{shown}"
+        );
+        assert!(format!("{:?}", ErrorRecord { kind: 99, ..ErrorRecord::EMPTY }).contains("kind: 99"));
+    }
 
     #[test]
     fn long_messages_keep_their_head_on_a_char_boundary() {
