@@ -124,8 +124,10 @@ pub struct PtxOutput {
     pub nvshmem: Vec<PtxFile>,
     /// Why an NVSHMEM flavour that was asked for was not built (the bitcode is missing).
     pub nvshmem_skipped: Option<String>,
-    /// The NVSHMEM device bitcode the flavour was linked with: a build script reruns when it changes.
-    pub nvshmem_bitcode: Option<PathBuf>,
+    /// What the NVSHMEM flavour depends on outside the crate, which a build script reruns on: the device
+    /// bitcode it was linked with or, when none was found, the folders where installing it would change
+    /// something (see [`nvshmem::BitcodeLocation::Missing`]).
+    pub nvshmem_watched: Vec<PathBuf>,
 }
 
 impl PtxBuilder {
@@ -261,8 +263,8 @@ impl PtxBuilder {
             krate = built.krate;
         }
 
-        let (nvshmem, nvshmem_skipped, nvshmem_bitcode) = match &self.nvshmem_arches {
-            None => (Vec::new(), None, None),
+        let (nvshmem, nvshmem_skipped, nvshmem_watched) = match &self.nvshmem_arches {
+            None => (Vec::new(), None, Vec::new()),
             Some(chosen) => {
                 let nv_arches = if chosen.is_empty() { arches.clone() } else { chosen.clone() };
                 let mut build_one = |arch: Arch| {
@@ -294,7 +296,7 @@ impl PtxBuilder {
             traced,
             nvshmem,
             nvshmem_skipped,
-            nvshmem_bitcode,
+            nvshmem_watched,
         };
         output.write_include(&out_dir.join(INCLUDE_FILE))?;
         output.write_sass_include(&out_dir.join(SASS_INCLUDE_FILE))?;
@@ -316,17 +318,17 @@ impl PtxBuilder {
         arches: &[Arch],
         out_dir: &Path,
         nested: &mut dyn FnMut(Arch) -> Result<Nested, BuildError>,
-    ) -> Result<(Vec<PtxFile>, Option<String>, Option<PathBuf>), BuildError> {
+    ) -> Result<(Vec<PtxFile>, Option<String>, Vec<PathBuf>), BuildError> {
         let expected = nvshmem::expected_version()?;
         let bitcode = match nvshmem::find_bitcode() {
             nvshmem::BitcodeLocation::Found { path, .. } => path,
-            nvshmem::BitcodeLocation::Missing { looked } => {
+            nvshmem::BitcodeLocation::Missing { looked, watch } => {
                 let looked = looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
                 let err = BuildError::NvshmemMissing { looked, requirement: nvshmem::PIP_REQUIREMENT };
                 if nvshmem::nvshmem_required() {
                     return Err(err);
                 }
-                return Ok((Vec::new(), Some(err.to_string()), None));
+                return Ok((Vec::new(), Some(err.to_string()), watch));
             }
         };
         let (sysroot, host, compiler_llvm) = self.compiler_facts()?;
@@ -357,7 +359,7 @@ impl PtxBuilder {
             }
             files.push(PtxFile { arch, path: ptx, cubin: None });
         }
-        Ok((files, None, Some(bitcode)))
+        Ok((files, None, vec![bitcode]))
     }
 
     /// The compiler's sysroot, host triple and LLVM major version (`rustc --print sysroot`, `rustc -vV`).
@@ -509,7 +511,7 @@ impl PtxOutput {
     fn rerun_directives(&self, manifest: &Path) -> Vec<String> {
         let files = std::iter::once(manifest).chain(self.sources.iter().map(PathBuf::as_path));
         let mut lines: Vec<String> = files
-            .chain(self.nvshmem_bitcode.as_deref())
+            .chain(self.nvshmem_watched.iter().map(PathBuf::as_path))
             .map(|f| format!("cargo:rerun-if-changed={}", f.display()))
             .collect();
         for var in [
@@ -780,7 +782,7 @@ mod tests {
             traced: vec![PtxFile { arch: Arch::SM_80, path: out_dir.join("k.sm_80.trace.ptx"), cubin: None }],
             nvshmem: vec![PtxFile { arch: Arch::SM_80, path: out_dir.join("k.sm_80.nvshmem.ptx"), cubin: None }],
             nvshmem_skipped: None,
-            nvshmem_bitcode: Some(bitcode.clone()),
+            nvshmem_watched: vec![bitcode.clone()],
         };
         let lines = out.rerun_directives(Path::new("/w/k/Cargo.toml"));
         let files: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("cargo:rerun-if-changed=")).collect();
@@ -807,7 +809,7 @@ mod tests {
             traced: vec![PtxFile { arch: Arch::SM_90, path: dir.path().join("k.sm_90.trace.ptx"), cubin: None }],
             nvshmem: vec![],
             nvshmem_skipped: None,
-            nvshmem_bitcode: None,
+            nvshmem_watched: vec![],
         };
         let inc = dir.path().join(INCLUDE_FILE);
         out.write_include(&inc).unwrap();

@@ -101,35 +101,62 @@ pub enum BitcodeLocation {
     Missing {
         /// Every path tried.
         looked: Vec<PathBuf>,
+        /// The nearest existing folder of each place looked, no higher than the installation's root (the
+        /// site-packages folder, `$NVSHMEM_HOME`, the explicit file's folder): where installing NVSHMEM
+        /// later changes something, so that a build script watching them builds the flavour then.
+        watch: Vec<PathBuf>,
     },
+}
+
+/// The first of `candidates` that is a folder: `path`'s nearest existing ancestor among those allowed.
+fn nearest_folder(candidates: &[PathBuf]) -> Option<PathBuf> {
+    candidates.iter().find(|c| c.is_dir()).cloned()
 }
 
 /// Looks for `libnvshmem_device.bc`: `$FERROCOMM_NVSHMEM_BITCODE`, `$NVSHMEM_HOME/lib`, then the
 /// `nvidia-nvshmem-cu13` pip package (`<site-packages>/nvidia/nvshmem/lib`) of each Python on `PATH`.
 pub fn find_bitcode() -> BitcodeLocation {
-    let mut looked = Vec::new();
+    let (mut looked, mut watch) = (Vec::new(), Vec::new());
+    let mut missing = |path: PathBuf, folders: Vec<PathBuf>| {
+        looked.push(path);
+        if let Some(folder) = nearest_folder(&folders)
+            && !watch.contains(&folder)
+        {
+            watch.push(folder);
+        }
+    };
     if let Some(explicit) = env::var_os(BITCODE_ENV).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(explicit);
         if path.is_file() {
             return BitcodeLocation::Found { path, how: BITCODE_ENV };
         }
-        looked.push(path);
+        let folder = path.parent().map(Path::to_path_buf).into_iter().collect();
+        missing(path, folder);
     }
     if let Some(home) = env::var_os(HOME_ENV).filter(|p| !p.is_empty()) {
-        let path = Path::new(&home).join("lib/libnvshmem_device.bc");
+        let home = PathBuf::from(home);
+        let path = home.join("lib/libnvshmem_device.bc");
         if path.is_file() {
             return BitcodeLocation::Found { path, how: HOME_ENV };
         }
-        looked.push(path);
+        missing(path, vec![home.join("lib"), home]);
     }
     for dir in python_site_packages() {
-        let path = dir.join("nvidia/nvshmem/lib/libnvshmem_device.bc");
+        let (path, folders) = in_site_packages(&dir);
         if path.is_file() {
             return BitcodeLocation::Found { path, how: "pip" };
         }
-        looked.push(path);
+        missing(path, folders);
     }
-    BitcodeLocation::Missing { looked }
+    BitcodeLocation::Missing { looked, watch }
+}
+
+/// Where the pip package puts the bitcode in `site`, and the folders to watch while it is absent, nearest
+/// first: not site-packages itself while `nvidia/` is there (the nvcc wheel makes it), a smaller tree to scan.
+fn in_site_packages(site: &Path) -> (PathBuf, Vec<PathBuf>) {
+    let lib = site.join("nvidia/nvshmem/lib");
+    let folders = vec![lib.clone(), site.join("nvidia/nvshmem"), site.join("nvidia"), site.to_path_buf()];
+    (lib.join("libnvshmem_device.bc"), folders)
 }
 
 /// Every site-packages directory of `python3` (and `python`): where pip installs NVIDIA's wheels.
@@ -267,6 +294,21 @@ mod tests {
         assert_eq!(PINNED_VERSION.to_string(), "3.4.5");
         assert!("3.4".parse::<NvshmemVersion>().is_err() && "x.y.z".parse::<NvshmemVersion>().is_err());
         assert!(PIP_REQUIREMENT.ends_with(&PINNED_VERSION.to_string()));
+    }
+
+    #[test]
+    fn a_missing_pip_bitcode_is_watched_for_from_its_nearest_existing_folder() {
+        let site = tempfile::tempdir().unwrap();
+        let (path, folders) = in_site_packages(site.path());
+        assert!(path.ends_with("nvidia/nvshmem/lib/libnvshmem_device.bc"), "{}", path.display());
+        assert_eq!(nearest_folder(&folders).as_deref(), Some(site.path()));
+        std::fs::create_dir_all(site.path().join("nvidia/cuda_nvcc")).unwrap();
+        assert_eq!(nearest_folder(&folders), Some(site.path().join("nvidia")));
+        std::fs::create_dir_all(site.path().join("nvidia/nvshmem/lib")).unwrap();
+        assert_eq!(nearest_folder(&folders), Some(site.path().join("nvidia/nvshmem/lib")));
+        // Never above the installation's root: nothing is watched where the root itself is gone.
+        let gone = site.path().join("no-such-site");
+        assert_eq!(nearest_folder(&in_site_packages(&gone).1), None);
     }
 
     #[test]
