@@ -297,6 +297,41 @@ fn ping_pong_moves_payloads_both_ways() {
     assert!(matches!(comm.ping_pong(0, 1, 1, 257, PingProtocol::Ll), Err(CommError::TooLarge { .. })));
 }
 
+/// LL ping-pongs of one round each, back to back on one pad and one LL buffer, each with a payload of its
+/// own: every launch's flag is new to the buffer, so no reader takes the packet the launch before left there.
+/// The responder (rank 1) starts each launch late, so the initiator polls before the reply is sent: a flag
+/// the previous launch also used (the first two epochs' flags made one lower are both `ll_flag(0)`'s 1, the
+/// flag's wrap) would hand it the stale reply.
+#[test]
+fn ll_ping_pongs_of_one_round_each_deliver_their_own_payload() {
+    use ferrocomm::{LaunchConfig, SignalPadBuffer, SymBuffer};
+    use ferrocomm_device::ll::{LlPacket, ll_packets};
+    use ferrocomm_kernels::kernels::p2p;
+    use ferrocomm_kernels::layout::p2p_pad;
+
+    const BYTES: usize = 24;
+    let team = team_with_late_rank(2, 1);
+    let pad = SignalPadBuffer::new(&team, "ping_ll", p2p_pad::SIGNALS).unwrap();
+    let mut ll = SymBuffer::<LlPacket>::new(&team, ll_packets::<u8>(BYTES)).unwrap();
+    let mut payload = SymBuffer::<u8>::new(&team, BYTES).unwrap();
+    let mut inbox = SymBuffer::<u8>::new(&team, BYTES).unwrap();
+    let mut times = SymBuffer::<u64>::new(&team, 2).unwrap();
+    let bytes_of =
+        |launch: usize, r: usize| -> Vec<u8> { (0..BYTES).map(|i| (launch * 64 + r * 32 + i) as u8).collect() };
+    for launch in 0..3 {
+        for r in 0..2 {
+            payload.copy_from_host(r, &bytes_of(launch, r)).unwrap();
+        }
+        let cfg = LaunchConfig::new(1, 32);
+        p2p::ping_pong_ll::launch(&team, cfg, &pad, &mut ll, &payload, &mut inbox, 0, 1, 1, &mut times)
+            .and_then(|running| running.wait())
+            .unwrap_or_else(|e| panic!("launch {launch}: {e}"));
+        for (rank, peer) in [(0, 1), (1, 0)] {
+            assert_eq!(inbox.to_host(rank).unwrap(), bytes_of(launch, peer), "launch {launch}: rank {rank}'s inbox");
+        }
+    }
+}
+
 #[test]
 fn graph_replays_need_no_reset() {
     let team = team(2);
