@@ -108,7 +108,7 @@ pub enum BitcodeLocation {
     },
 }
 
-/// The first of `candidates` that is a folder: `path`'s nearest existing ancestor among those allowed.
+/// The first of `candidates` (a missing file's folders, nearest first, up to the installation's root) that exists.
 fn nearest_folder(candidates: &[PathBuf]) -> Option<PathBuf> {
     candidates.iter().find(|c| c.is_dir()).cloned()
 }
